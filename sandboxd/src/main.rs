@@ -1,1 +1,39 @@
-fn main() {}
+//! The `sandboxd` binary: read settings, set up logging and the reaper, run.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let settings = match sandboxd::config::Settings::from_env() {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("sandboxd: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    // SAFETY: no other thread exists yet (the runtime and the reaper start below), so changing the
+    // environment cannot race with a reader. Secrets must not be inherited by supervised programs.
+    unsafe { sandboxd::config::scrub_secrets_from_env() };
+    sandboxd::logging::init(settings.log_format);
+    sandboxd::pid1::init_reaping();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .thread_stack_size(512 * 1024)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("sandboxd: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(sandboxd::run(settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "sandboxd failed");
+            ExitCode::FAILURE
+        }
+    }
+}

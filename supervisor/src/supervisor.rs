@@ -563,7 +563,7 @@ impl Engine {
         program.ready_at = None;
         let expected = previous == ProgramState::Stopping && stop_reason != Some(StopReason::NotReady);
         if expected {
-            tracing::info!(program = %program.name, %status, reason = ?stop_reason, "stopped");
+            tracing::info!(program = %program.name, %status, reason = ?stop_reason.unwrap_or(StopReason::Requested), "stopped");
             program.state = ProgramState::Stopped;
             return;
         }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the sandbox image `agentbox/sandbox:latest`.
+#
+#   images/build.sh                 # offline: base from Debian packages (debootstrap), then Dockerfile
+#   BASE_IMAGE=debian:bookworm-slim images/build.sh   # with a registry: packages via apt in the Dockerfile
+#
+# Incremental: the base image is tagged by a hash of its inputs and reused; cargo and the Docker
+# layer cache skip unchanged steps, so a re-run with unchanged inputs takes seconds.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+image=${SANDBOX_IMAGE:-agentbox/sandbox:latest}
+log() { printf '[build] %s\n' "$*" >&2; }
+
+start=$(date +%s)
+log "compiling sandboxd (release)"
+cargo build --release --locked -p sandboxd --manifest-path "$root/Cargo.toml" >&2
+
+if [ -n "${BASE_IMAGE:-}" ]; then
+  base=$BASE_IMAGE
+  install_packages=true
+else
+  base=$("$root/images/base/build-base.sh")
+  install_packages=false
+fi
+
+context="$root/target/image-context/sandbox"
+mkdir -p "$context"
+rsync_like() { # copy $1 to $2 only if the content differs, keeping mtimes stable for the cache
+  if ! cmp -s "$1" "$2" 2>/dev/null; then cp "$1" "$2"; fi
+}
+rsync_like "$root/images/sandbox/Dockerfile" "$context/Dockerfile"
+rsync_like "$root/images/sandbox/packages.txt" "$context/packages.txt"
+rsync_like "$root/target/release/sandboxd" "$context/sandboxd"
+rm -rf "$context/rootfs"
+cp -a "$root/images/sandbox/rootfs" "$context/rootfs"
+
+log "building $image from $base"
+docker build -q \
+  --build-arg "BASE_IMAGE=$base" \
+  --build-arg "INSTALL_PACKAGES=$install_packages" \
+  -t "$image" "$context" >/dev/null
+log "built $image in $(( $(date +%s) - start )) s"

@@ -1,0 +1,85 @@
+//! The supervisor's state table and per-program control.
+
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use supervisor::{ExitStatus, ProgramStatus};
+
+use super::AppState;
+use super::error::ApiError;
+use super::types::{Envelope, ExitInfo, ProcessInfo, ProcessTable};
+
+pub async fn list(State(state): State<AppState>) -> Json<Envelope<ProcessTable>> {
+    let programs = state.supervisor.status().iter().map(process_info).collect();
+    Json(Envelope::ok(ProcessTable {
+        programs,
+        reaped_orphans: supervisor::reaper().orphans_reaped(),
+    }))
+}
+
+pub async fn restart(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Envelope<ProcessInfo>>, ApiError> {
+    state.supervisor.restart_program(&name).await?;
+    current(&state, &name)
+}
+
+pub async fn start(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Envelope<ProcessInfo>>, ApiError> {
+    state.supervisor.start_program(&name).await?;
+    current(&state, &name)
+}
+
+pub async fn stop(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Envelope<ProcessInfo>>, ApiError> {
+    state.supervisor.stop_program(&name).await?;
+    current(&state, &name)
+}
+
+fn current(state: &AppState, name: &str) -> Result<Json<Envelope<ProcessInfo>>, ApiError> {
+    state
+        .supervisor
+        .status()
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| Json(Envelope::ok(process_info(p))))
+        .ok_or_else(|| ApiError::not_found(format!("no program named {name:?}")))
+}
+
+fn rfc3339(time: Option<SystemTime>) -> Option<String> {
+    time.map(|t| humantime::format_rfc3339_millis(t).to_string())
+}
+
+fn process_info(p: &ProgramStatus) -> ProcessInfo {
+    ProcessInfo {
+        name: p.name.clone(),
+        state: p.state.as_str(),
+        pid: p.pid,
+        restarts: p.restarts,
+        failures: p.failures,
+        uptime_secs: p.uptime().map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
+        started_at: rfc3339(p.started_at),
+        ready_at: rfc3339(p.ready_at),
+        last_exit: p.last_exit.map(|exit| ExitInfo {
+            code: match exit {
+                ExitStatus::Code(code) => Some(code),
+                ExitStatus::Signal { .. } => None,
+            },
+            signal: match exit {
+                ExitStatus::Signal { signal, .. } => Some(signal),
+                ExitStatus::Code(_) => None,
+            },
+            description: exit.to_string(),
+        }),
+        last_error: p.last_error.clone(),
+        waiting_for: p.waiting_for.clone(),
+        depends_on: p.depends_on.clone(),
+        required: p.required,
+    }
+}

@@ -1,0 +1,25 @@
+//! `GET /v1/sandbox`: who and where the agent is, in AIO's shape.
+
+use axum::Json;
+use axum::extract::State;
+
+use super::AppState;
+use super::types::SandboxResponse;
+use crate::system_info;
+
+pub async fn context(State(state): State<AppState>) -> Json<SandboxResponse> {
+    let settings = state.settings.clone();
+    // Reading /proc and /etc is quick but blocking; keep it off the async workers.
+    let context = tokio::task::spawn_blocking(move || system_info::sandbox_context(&settings))
+        .await
+        .unwrap_or_else(|error| {
+            tracing::error!(%error, "gathering system details panicked");
+            system_info::minimal_context(&state.settings)
+        });
+    Json(SandboxResponse {
+        success: true,
+        message: "Operation successful".into(),
+        data: context.clone(),
+        context,
+    })
+}

@@ -1,0 +1,229 @@
+//! sandboxd's settings, read once from the environment at start-up.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Environment variables that hold secrets: read, then removed from the process environment so
+/// that no supervised program or shell command inherits them.
+const SECRET_VARS: &[&str] = &["SANDBOX_API_KEY"];
+
+/// A setting that could not be used; names the variable.
+#[derive(Debug, thiserror::Error)]
+#[error("environment variable {name}: {message}")]
+pub struct SettingsError {
+    pub name: &'static str,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Everything sandboxd needs to know about its environment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the HTTP API listens (`SANDBOXD_LISTEN`, default `0.0.0.0:8080`).
+    pub listen: SocketAddr,
+    /// When set, every route but `/healthz` needs it (`SANDBOX_API_KEY`).
+    pub api_key: Option<String>,
+    /// Shut down after this long without an API request (`SANDBOXD_IDLE_EXIT_SECS`).
+    pub idle_exit: Option<Duration>,
+    /// Main programs file (`SANDBOXD_PROGRAMS`).
+    pub programs_file: PathBuf,
+    /// Drop-in directory of extra program files (`SANDBOXD_PROGRAMS_DIR`).
+    pub programs_dir: PathBuf,
+    /// Overrides of the programs file's log settings (`SANDBOXD_LOG_DIR`,
+    /// `SANDBOXD_LOG_MAX_BYTES`, `SANDBOXD_LOG_BACKUPS`).
+    pub log_dir: Option<PathBuf>,
+    pub log_max_bytes: Option<u64>,
+    pub log_backups: Option<u32>,
+    /// `SANDBOXD_LOG_FORMAT`: `json` (default) or `text`.
+    pub log_format: LogFormat,
+    /// The agent's home directory (`HOME`).
+    pub home_dir: PathBuf,
+    /// The default working directory for agents (`SANDBOX_WORKSPACE`, default `$HOME/workspace`).
+    pub workspace: PathBuf,
+    /// Screen geometry (`SCREEN_WIDTH`, `SCREEN_HEIGHT`, `SCREEN_DEPTH`).
+    pub screen: Screen,
+    /// Sandbox id given by the orchestrator (`SANDBOX_ID`), for logs.
+    pub sandbox_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Screen {
+    pub width: u32,
+    pub height: u32,
+    pub depth: u32,
+}
+
+impl Settings {
+    pub fn from_env() -> Result<Self, SettingsError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `lookup`, so tests need not touch the real environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let listen = parse_or(&get, "SANDBOXD_LISTEN", "0.0.0.0:8080".parse().ok())?
+            .expect("default listen address is a valid literal");
+        let idle_exit = match parse_or::<u64>(&get, "SANDBOXD_IDLE_EXIT_SECS", None)? {
+            Some(0) => {
+                return Err(SettingsError {
+                    name: "SANDBOXD_IDLE_EXIT_SECS",
+                    message: "must be a positive number of seconds".into(),
+                });
+            }
+            other => other.map(Duration::from_secs),
+        };
+        let log_format = match get("SANDBOXD_LOG_FORMAT").as_deref() {
+            None | Some("json") => LogFormat::Json,
+            Some("text") => LogFormat::Text,
+            Some(other) => {
+                return Err(SettingsError {
+                    name: "SANDBOXD_LOG_FORMAT",
+                    message: format!("must be json or text, got {other:?}"),
+                });
+            }
+        };
+        let home_dir = PathBuf::from(get("HOME").unwrap_or_else(|| "/home/agent".into()));
+        let workspace = get("SANDBOX_WORKSPACE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home_dir.join("workspace"));
+        let screen = Screen {
+            width: bounded(&get, "SCREEN_WIDTH", 1280, 64, 7680)?,
+            height: bounded(&get, "SCREEN_HEIGHT", 800, 64, 4320)?,
+            depth: match parse_or::<u32>(&get, "SCREEN_DEPTH", Some(24))? {
+                Some(d @ (16 | 24)) => d,
+                _ => {
+                    return Err(SettingsError {
+                        name: "SCREEN_DEPTH",
+                        message: "must be 16 or 24".into(),
+                    });
+                }
+            },
+        };
+        let log_max_bytes = parse_or(&get, "SANDBOXD_LOG_MAX_BYTES", None)?;
+        if log_max_bytes.is_some_and(|b: u64| b < 1024) {
+            return Err(SettingsError {
+                name: "SANDBOXD_LOG_MAX_BYTES",
+                message: "must be at least 1024".into(),
+            });
+        }
+        Ok(Self {
+            listen,
+            api_key: get("SANDBOX_API_KEY"),
+            idle_exit,
+            programs_file: get("SANDBOXD_PROGRAMS")
+                .unwrap_or_else(|| "/etc/sandboxd/programs.toml".into())
+                .into(),
+            programs_dir: get("SANDBOXD_PROGRAMS_DIR")
+                .unwrap_or_else(|| "/etc/sandboxd/programs.d".into())
+                .into(),
+            log_dir: get("SANDBOXD_LOG_DIR").map(PathBuf::from),
+            log_max_bytes,
+            log_backups: parse_or(&get, "SANDBOXD_LOG_BACKUPS", None)?,
+            log_format,
+            home_dir,
+            workspace,
+            screen,
+            sandbox_id: get("SANDBOX_ID"),
+        })
+    }
+}
+
+fn parse_or<T: std::str::FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: Option<T>,
+) -> Result<Option<T>, SettingsError>
+where
+    T::Err: std::fmt::Display,
+{
+    match get(name) {
+        None => Ok(default),
+        Some(text) => text.trim().parse().map(Some).map_err(|e| SettingsError {
+            name,
+            message: format!("cannot parse {text:?}: {e}"),
+        }),
+    }
+}
+
+fn bounded(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: u32,
+    min: u32,
+    max: u32,
+) -> Result<u32, SettingsError> {
+    let value = parse_or(get, name, Some(default))?.unwrap_or(default);
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(SettingsError {
+            name,
+            message: format!("must be between {min} and {max}, got {value}"),
+        })
+    }
+}
+
+/// Removes secret variables from the process environment.
+///
+/// # Safety
+/// Must be called while the process has a single thread (see [`std::env::remove_var`]).
+pub unsafe fn scrub_secrets_from_env() {
+    for name in SECRET_VARS {
+        // SAFETY: the caller guarantees no other thread reads or writes the environment.
+        unsafe { std::env::remove_var(name) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+        let map: HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Settings::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let s = settings(&[("HOME", "/home/agent")]).unwrap();
+        assert_eq!(s.listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(s.api_key, None);
+        assert_eq!(s.idle_exit, None);
+        assert_eq!(s.workspace, PathBuf::from("/home/agent/workspace"));
+        assert_eq!(s.screen, Screen { width: 1280, height: 800, depth: 24 });
+        assert_eq!(s.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (vars, name) in [
+            (vec![("SANDBOXD_IDLE_EXIT_SECS", "soon")], "SANDBOXD_IDLE_EXIT_SECS"),
+            (vec![("SANDBOXD_IDLE_EXIT_SECS", "0")], "SANDBOXD_IDLE_EXIT_SECS"),
+            (vec![("SCREEN_WIDTH", "99999")], "SCREEN_WIDTH"),
+            (vec![("SCREEN_DEPTH", "8")], "SCREEN_DEPTH"),
+            (vec![("SANDBOXD_LISTEN", "nowhere")], "SANDBOXD_LISTEN"),
+            (vec![("SANDBOXD_LOG_FORMAT", "xml")], "SANDBOXD_LOG_FORMAT"),
+            (vec![("SANDBOXD_LOG_MAX_BYTES", "10")], "SANDBOXD_LOG_MAX_BYTES"),
+        ] {
+            let err = settings(&vars).unwrap_err();
+            assert_eq!(err.name, name);
+            assert!(err.to_string().contains(name));
+        }
+    }
+
+    #[test]
+    fn an_empty_key_means_no_key() {
+        assert_eq!(settings(&[("SANDBOX_API_KEY", "")]).unwrap().api_key, None);
+        let s = settings(&[("SANDBOX_API_KEY", "k"), ("SANDBOXD_IDLE_EXIT_SECS", "30")]).unwrap();
+        assert_eq!(s.api_key.as_deref(), Some("k"));
+        assert_eq!(s.idle_exit, Some(Duration::from_secs(30)));
+    }
+}

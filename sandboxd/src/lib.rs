@@ -1,0 +1,113 @@
+//! sandboxd: PID 1 of an Agentbox sandbox container.
+//!
+//! It supervises the desktop stack (Xvfb, a window manager, Chromium with CDP, socat, x11vnc,
+//! websockify/noVNC) through the [`supervisor`] crate, reaps every zombie in the container, turns
+//! SIGTERM/SIGINT into an ordered shutdown, and serves the sandbox HTTP API.
+//!
+//! # Layout
+//! - [`config`]: settings from the environment.
+//! - [`pid1`]: reaping scope and termination signals.
+//! - [`activity`]: API activity and the idle dead-man switch.
+//! - [`api`]: the HTTP routes (the only module that knows HTTP).
+//! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
+//! - [`logging`]: tracing setup.
+
+pub mod activity;
+pub mod api;
+pub mod config;
+pub mod logging;
+pub mod pid1;
+pub mod system_info;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use supervisor::{Supervisor, SupervisorConfig};
+
+use crate::activity::Activity;
+use crate::config::Settings;
+
+/// How long in-flight HTTP requests get to finish once programs have stopped.
+const HTTP_DRAIN: Duration = Duration::from_secs(2);
+
+/// Loads the program configuration named by `settings`, applying environment overrides.
+pub fn load_programs(settings: &Settings) -> anyhow::Result<SupervisorConfig> {
+    let mut config = SupervisorConfig::load(&settings.programs_file, Some(&settings.programs_dir))
+        .context("loading the programs configuration")?;
+    if let Some(dir) = &settings.log_dir {
+        config.supervisor.log_dir = Some(dir.clone());
+    }
+    if let Some(bytes) = settings.log_max_bytes {
+        config.supervisor.log_max_bytes = bytes;
+    }
+    if let Some(backups) = settings.log_backups {
+        config.supervisor.log_backups = backups;
+    }
+    config
+        .expand(|name| std::env::var(name).ok())
+        .context("expanding variables in the programs configuration")?;
+    Ok(config)
+}
+
+/// Runs sandboxd until a termination signal or the idle dead-man switch, then stops every program
+/// in reverse dependency order and returns.
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        sandbox_id = settings.sandbox_id.as_deref(),
+        listen = %settings.listen,
+        auth = settings.api_key.is_some(),
+        idle_exit_secs = settings.idle_exit.map(|d| d.as_secs()),
+        "sandboxd starting"
+    );
+    let programs = load_programs(&settings)?;
+    let supervisor = Arc::new(Supervisor::start(programs).context("starting the supervisor")?);
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("binding the API to {}", settings.listen))?;
+
+    let activity = Activity::new();
+    let settings = Arc::new(settings);
+    let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone());
+    let app = api::router(state);
+
+    let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_http_rx.await;
+            })
+            .await
+    });
+
+    let idle = async {
+        match settings.idle_exit {
+            Some(limit) => {
+                activity.clone().idle_watchdog(limit).await;
+                limit
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        signal = pid1::termination_signal() => {
+            tracing::info!(signal, "termination requested; stopping programs");
+        }
+        limit = idle => {
+            tracing::warn!(idle_secs = limit.as_secs(), "no API request within the idle limit; shutting the sandbox down");
+        }
+        result = &mut server => {
+            result.context("API server task")?.context("API server")?;
+            anyhow::bail!("the API server stopped unexpectedly");
+        }
+    }
+
+    supervisor.shutdown().await;
+    let _ = stop_http_tx.send(());
+    if tokio::time::timeout(HTTP_DRAIN, server).await.is_err() {
+        tracing::warn!("in-flight API requests did not finish in time; exiting anyway");
+    }
+    tracing::info!("all programs stopped; exiting");
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Being PID 1: reap every child (orphans included) and turn SIGTERM/SIGINT into a shutdown.
+
+use supervisor::ReapScope;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Chooses what the reaper waits for. As PID 1 every orphan in the container is re-parented to
+/// us; anywhere else we become a child subreaper so orphans of our programs still come to us.
+pub fn init_reaping() {
+    let pid = std::process::id();
+    let scope = if pid == 1 {
+        ReapScope::AllChildren
+    } else {
+        match nix::sys::prctl::set_child_subreaper(true) {
+            Ok(()) => ReapScope::AllChildren,
+            Err(error) => {
+                tracing::warn!(%error, "cannot become a child subreaper; reaping own children only");
+                ReapScope::OwnChildren
+            }
+        }
+    };
+    supervisor::reaper::set_scope(scope);
+    // Start the reaper thread now, before any child exists.
+    let _ = supervisor::reaper();
+    tracing::info!(pid, ?scope, "reaper started");
+}
+
+/// Resolves with the name of the first SIGTERM or SIGINT received.
+pub async fn termination_signal() -> &'static str {
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        },
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::error!(%error, "cannot listen for termination signals");
+            std::future::pending().await
+        }
+    }
+}
