@@ -85,12 +85,18 @@ mod tests {
         let guard = activity.hold();
         let watchdog = tokio::spawn(activity.clone().idle_watchdog(Duration::from_secs(10)));
         tokio::time::sleep(Duration::from_secs(60)).await;
-        assert!(!watchdog.is_finished(), "in-flight work keeps the sandbox alive");
+        assert!(
+            !watchdog.is_finished(),
+            "in-flight work keeps the sandbox alive"
+        );
         drop(guard);
         tokio::time::sleep(Duration::from_secs(5)).await;
         activity.touch();
         tokio::time::sleep(Duration::from_secs(8)).await;
-        assert!(!watchdog.is_finished(), "a new request restarts the idle clock");
+        assert!(
+            !watchdog.is_finished(),
+            "a new request restarts the idle clock"
+        );
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(watchdog.is_finished());
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Environment variables that hold secrets: read, then removed from the process environment so
 /// that no supervised program or shell command inherits them.
-const SECRET_VARS: &[&str] = &["SANDBOX_API_KEY"];
+const SECRET_VARS: &[&str] = &["SANDBOX_API_KEY", "SANDBOX_API_KEY_FILE"];
 
 /// A setting that could not be used; names the variable.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +27,9 @@ pub enum LogFormat {
 pub struct Settings {
     /// Where the HTTP API listens (`SANDBOXD_LISTEN`, default `0.0.0.0:8080`).
     pub listen: SocketAddr,
-    /// When set, every route but `/healthz` needs it (`SANDBOX_API_KEY`).
+    /// When set, every route but `/healthz` needs it (`SANDBOX_API_KEY`, or the first line of the
+    /// file named by `SANDBOX_API_KEY_FILE`, which is deleted once read so that no process in
+    /// the sandbox can find it later).
     pub api_key: Option<String>,
     /// Shut down after this long without an API request (`SANDBOXD_IDLE_EXIT_SECS`).
     pub idle_exit: Option<Duration>,
@@ -112,9 +114,13 @@ impl Settings {
                 message: "must be at least 1024".into(),
             });
         }
+        let api_key = match get("SANDBOX_API_KEY_FILE") {
+            Some(path) => Some(read_key_file(&path)?),
+            None => get("SANDBOX_API_KEY"),
+        };
         Ok(Self {
             listen,
-            api_key: get("SANDBOX_API_KEY"),
+            api_key,
             idle_exit,
             programs_file: get("SANDBOXD_PROGRAMS")
                 .unwrap_or_else(|| "/etc/sandboxd/programs.toml".into())
@@ -132,6 +138,22 @@ impl Settings {
             sandbox_id: get("SANDBOX_ID"),
         })
     }
+}
+
+fn read_key_file(path: &str) -> Result<String, SettingsError> {
+    let error = |message: String| SettingsError {
+        name: "SANDBOX_API_KEY_FILE",
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| error(format!("reading {path}: {e}")))?;
+    let key = text.lines().next().unwrap_or("").trim().to_string();
+    if key.is_empty() {
+        return Err(error(format!("{path} holds no key")));
+    }
+    if let Err(e) = std::fs::remove_file(path) {
+        return Err(error(format!("removing {path} after reading it: {e}")));
+    }
+    Ok(key)
 }
 
 fn parse_or<T: std::str::FromStr>(
@@ -186,8 +208,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
-        let map: HashMap<String, String> =
-            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Settings::from_lookup(|name| map.get(name).cloned())
     }
 
@@ -198,25 +222,56 @@ mod tests {
         assert_eq!(s.api_key, None);
         assert_eq!(s.idle_exit, None);
         assert_eq!(s.workspace, PathBuf::from("/home/agent/workspace"));
-        assert_eq!(s.screen, Screen { width: 1280, height: 800, depth: 24 });
+        assert_eq!(
+            s.screen,
+            Screen {
+                width: 1280,
+                height: 800,
+                depth: 24
+            }
+        );
         assert_eq!(s.log_format, LogFormat::Json);
     }
 
     #[test]
     fn bad_values_name_the_variable() {
         for (vars, name) in [
-            (vec![("SANDBOXD_IDLE_EXIT_SECS", "soon")], "SANDBOXD_IDLE_EXIT_SECS"),
-            (vec![("SANDBOXD_IDLE_EXIT_SECS", "0")], "SANDBOXD_IDLE_EXIT_SECS"),
+            (
+                vec![("SANDBOXD_IDLE_EXIT_SECS", "soon")],
+                "SANDBOXD_IDLE_EXIT_SECS",
+            ),
+            (
+                vec![("SANDBOXD_IDLE_EXIT_SECS", "0")],
+                "SANDBOXD_IDLE_EXIT_SECS",
+            ),
             (vec![("SCREEN_WIDTH", "99999")], "SCREEN_WIDTH"),
             (vec![("SCREEN_DEPTH", "8")], "SCREEN_DEPTH"),
             (vec![("SANDBOXD_LISTEN", "nowhere")], "SANDBOXD_LISTEN"),
             (vec![("SANDBOXD_LOG_FORMAT", "xml")], "SANDBOXD_LOG_FORMAT"),
-            (vec![("SANDBOXD_LOG_MAX_BYTES", "10")], "SANDBOXD_LOG_MAX_BYTES"),
+            (
+                vec![("SANDBOXD_LOG_MAX_BYTES", "10")],
+                "SANDBOXD_LOG_MAX_BYTES",
+            ),
         ] {
             let err = settings(&vars).unwrap_err();
             assert_eq!(err.name, name);
             assert!(err.to_string().contains(name));
         }
+    }
+
+    #[test]
+    fn a_key_file_is_read_once_and_removed() {
+        let dir = std::env::temp_dir().join(format!("sandboxd-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("key");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let p = path.display().to_string();
+        let s = settings(&[("SANDBOX_API_KEY_FILE", &p), ("SANDBOX_API_KEY", "ignored")]).unwrap();
+        assert_eq!(s.api_key.as_deref(), Some("s3cret"));
+        assert!(!path.exists());
+        let err = settings(&[("SANDBOX_API_KEY_FILE", &p)]).unwrap_err();
+        assert_eq!(err.name, "SANDBOX_API_KEY_FILE");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

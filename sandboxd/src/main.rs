@@ -14,6 +14,7 @@ fn main() -> ExitCode {
     // environment cannot race with a reader. Secrets must not be inherited by supervised programs.
     unsafe { sandboxd::config::scrub_secrets_from_env() };
     sandboxd::logging::init(settings.log_format);
+    sandboxd::pid1::protect_own_memory();
     sandboxd::pid1::init_reaping();
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -3,6 +3,15 @@
 use supervisor::ReapScope;
 use tokio::signal::unix::{SignalKind, signal};
 
+/// Makes sandboxd non-dumpable: its `/proc/<pid>` files (environment, memory) become root-only
+/// and other processes of the same user cannot ptrace it. Agents' commands run as the same user
+/// as sandboxd, so this is what keeps them from reading its API key out of `/proc/1/environ`.
+pub fn protect_own_memory() {
+    if let Err(error) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(%error, "cannot mark sandboxd non-dumpable");
+    }
+}
+
 /// Chooses what the reaper waits for. As PID 1 every orphan in the container is re-parented to
 /// us; anywhere else we become a child subreaper so orphans of our programs still come to us.
 pub fn init_reaping() {

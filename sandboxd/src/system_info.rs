@@ -15,12 +15,18 @@ use crate::config::Settings;
 const TOOLS: &[(&str, &[(&str, &str)])] = &[
     (
         "browser",
-        &[("chromium", "Chromium web browser, driven over CDP (port 9222)")],
+        &[(
+            "chromium",
+            "Chromium web browser, driven over CDP (port 9222)",
+        )],
     ),
     (
         "desktop",
         &[
-            ("xdotool", "Simulate keyboard and mouse input on the X display"),
+            (
+                "xdotool",
+                "Simulate keyboard and mouse input on the X display",
+            ),
             ("xterm", "Terminal emulator"),
             ("mtpaint", "Paint program"),
             ("xclip", "X clipboard command line interface"),
@@ -212,7 +218,10 @@ fn tools() -> Vec<ToolCategory> {
             category: (*category).into(),
             tools: tools
                 .iter()
-                .filter(|(name, _)| find_in_path(name).is_some() || *name == "chromium" && Path::new("/usr/lib/chromium/chromium").exists())
+                .filter(|(name, _)| {
+                    find_in_path(name).is_some()
+                        || *name == "chromium" && Path::new("/usr/lib/chromium/chromium").exists()
+                })
                 .map(|(name, description)| AvailableTool {
                     name: (*name).into(),
                     description: (*description).into(),

@@ -29,5 +29,7 @@ pub mod spec;
 pub mod supervisor;
 
 pub use reaper::{ExitStatus, ReapScope, reaper};
-pub use spec::{ConfigError, GlobalSettings, ProgramSpec, ReadinessProbe, RestartPolicy, SupervisorConfig};
+pub use spec::{
+    ConfigError, GlobalSettings, ProgramSpec, ReadinessProbe, RestartPolicy, SupervisorConfig,
+};
 pub use supervisor::{ProgramState, ProgramStatus, Supervisor, SupervisorError};

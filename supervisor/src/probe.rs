@@ -189,7 +189,12 @@ mod tests {
         let ok = ReadinessProbe::Exec(vec!["true".into()]);
         assert!(probe_once(&ok, T).await.is_ok());
         let bad = ReadinessProbe::Exec(vec!["false".into()]);
-        assert!(probe_once(&bad, T).await.unwrap_err().contains("exit code 1"));
+        assert!(
+            probe_once(&bad, T)
+                .await
+                .unwrap_err()
+                .contains("exit code 1")
+        );
         let slow = ReadinessProbe::Exec(vec!["sleep".into(), "30".into()]);
         let err = probe_once(&slow, Duration::from_millis(100))
             .await

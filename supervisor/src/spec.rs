@@ -271,7 +271,9 @@ impl ProgramSpec {
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
             || self.name.starts_with('.')
         {
-            return fail("name must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'".into());
+            return fail(
+                "name must be 1-64 characters of [A-Za-z0-9._-], not starting with '.'".into(),
+            );
         }
         if self.command.is_empty() {
             return fail("command must not be empty".into());
@@ -553,8 +555,15 @@ mod tests {
         );
         assert!(matches!(cycle, Err(ConfigError::Cycle(s)) if s == "a, b"));
         let unknown = parse("[[program]]\nname = \"a\"\ncommand = \"x\"\ndepends_on = [\"zz\"]\n");
-        assert!(unknown.unwrap_err().to_string().contains("unknown program \"zz\""));
-        let dup = parse("[[program]]\nname = \"a\"\ncommand = \"x\"\n[[program]]\nname = \"a\"\ncommand = \"y\"\n");
+        assert!(
+            unknown
+                .unwrap_err()
+                .to_string()
+                .contains("unknown program \"zz\"")
+        );
+        let dup = parse(
+            "[[program]]\nname = \"a\"\ncommand = \"x\"\n[[program]]\nname = \"a\"\ncommand = \"y\"\n",
+        );
         assert!(matches!(dup, Err(ConfigError::Duplicate(n)) if n == "a"));
     }
 
@@ -563,7 +572,10 @@ mod tests {
         let err = parse("[[program]]\nname = \"a\"\ncommand = \"x\"\nstop_signal = \"NOPE\"\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("\"a\"") && err.contains("stop_signal"), "{err}");
+        assert!(
+            err.contains("\"a\"") && err.contains("stop_signal"),
+            "{err}"
+        );
         let err = parse("[[program]]\nname = \"a\"\ncommand = \"x\"\nstop_wait_secs = -1\n")
             .unwrap_err()
             .to_string();
@@ -611,8 +623,15 @@ mod tests {
     fn variables_expand_with_defaults() {
         let lookup = |name: &str| (name == "W").then(|| "1920".to_string());
         assert_eq!(expand_vars("${W}x${H:-800}", &lookup).unwrap(), "1920x800");
-        assert_eq!(expand_vars("$$HOME and $x", &lookup).unwrap(), "$HOME and $x");
-        assert!(expand_vars("${MISSING}", &lookup).unwrap_err().contains("MISSING"));
+        assert_eq!(
+            expand_vars("$$HOME and $x", &lookup).unwrap(),
+            "$HOME and $x"
+        );
+        assert!(
+            expand_vars("${MISSING}", &lookup)
+                .unwrap_err()
+                .contains("MISSING")
+        );
         assert!(expand_vars("${W", &lookup).is_err());
     }
 
@@ -621,7 +640,9 @@ mod tests {
         let mut spec = ProgramSpec::new("a", "x");
         spec.backoff_initial_secs = 0.5;
         spec.backoff_max_secs = 3.0;
-        let delays: Vec<f64> = (1..=5).map(|n| spec.backoff_delay(n).as_secs_f64()).collect();
+        let delays: Vec<f64> = (1..=5)
+            .map(|n| spec.backoff_delay(n).as_secs_f64())
+            .collect();
         assert_eq!(delays, [0.5, 1.0, 2.0, 3.0, 3.0]);
     }
 

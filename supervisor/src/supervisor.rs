@@ -188,13 +188,16 @@ impl Supervisor {
                 None => None,
                 Some(dir) => {
                     let path = dir.join(format!("{}.log", spec.name));
-                    let log =
-                        RotatingLog::open(path.clone(), settings.log_max_bytes, settings.log_backups)
-                            .map_err(|source| SupervisorError::Log {
-                                program: spec.name.clone(),
-                                path,
-                                source,
-                            })?;
+                    let log = RotatingLog::open(
+                        path.clone(),
+                        settings.log_max_bytes,
+                        settings.log_backups,
+                    )
+                    .map_err(|source| SupervisorError::Log {
+                        program: spec.name.clone(),
+                        path,
+                        source,
+                    })?;
                     Some(Arc::new(Mutex::new(log)))
                 }
             };
@@ -523,7 +526,8 @@ impl Engine {
                 program.wanted = true;
                 program.failures = 0;
                 if program.is_running() {
-                    if matches!(control, Control::Restart) && program.state != ProgramState::Stopping
+                    if matches!(control, Control::Restart)
+                        && program.state != ProgramState::Stopping
                     {
                         self.stop(index, StopReason::Requested);
                     }
@@ -561,7 +565,8 @@ impl Engine {
         program.last_exit = Some(status);
         program.started_at = None;
         program.ready_at = None;
-        let expected = previous == ProgramState::Stopping && stop_reason != Some(StopReason::NotReady);
+        let expected =
+            previous == ProgramState::Stopping && stop_reason != Some(StopReason::NotReady);
         if expected {
             tracing::info!(program = %program.name, %status, reason = ?stop_reason.unwrap_or(StopReason::Requested), "stopped");
             program.state = ProgramState::Stopped;
@@ -650,8 +655,14 @@ impl Engine {
         tracing::info!(program = %program.name, pid = child.pid, generation, "started");
 
         for (stream, fd) in [
-            (Stream::Stdout, child.child.stdout.take().map(std::os::fd::OwnedFd::from)),
-            (Stream::Stderr, child.child.stderr.take().map(std::os::fd::OwnedFd::from)),
+            (
+                Stream::Stdout,
+                child.child.stdout.take().map(std::os::fd::OwnedFd::from),
+            ),
+            (
+                Stream::Stderr,
+                child.child.stderr.take().map(std::os::fd::OwnedFd::from),
+            ),
         ] {
             let Some(fd) = fd else { continue };
             match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {

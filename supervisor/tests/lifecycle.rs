@@ -29,7 +29,10 @@ fn config(programs: Vec<ProgramSpec>) -> SupervisorConfig {
 }
 
 fn find<'a>(snapshot: &'a [ProgramStatus], name: &str) -> &'a ProgramStatus {
-    snapshot.iter().find(|p| p.name == name).expect("program in snapshot")
+    snapshot
+        .iter()
+        .find(|p| p.name == name)
+        .expect("program in snapshot")
 }
 
 async fn until(
@@ -39,7 +42,10 @@ async fn until(
 ) -> Arc<[ProgramStatus]> {
     match sup.wait_for(LONG, pred).await {
         Some(snapshot) => snapshot,
-        None => panic!("timed out waiting for {what}; last state: {:#?}", sup.status()),
+        None => panic!(
+            "timed out waiting for {what}; last state: {:#?}",
+            sup.status()
+        ),
     }
 }
 
@@ -57,7 +63,11 @@ async fn dependents_start_only_after_dependencies_are_ready() {
     let flag = dir.path().join("a-ready");
     let flag_s = flag.display().to_string();
     let mut a = sh("a", &format!("sleep 0.3; touch {flag_s}; exec sleep 100"));
-    a.ready = Some(ReadinessProbe::Exec(vec!["test".into(), "-e".into(), flag_s.clone()]));
+    a.ready = Some(ReadinessProbe::Exec(vec![
+        "test".into(),
+        "-e".into(),
+        flag_s.clone(),
+    ]));
     // b fails at once if it is started before a's flag exists.
     let mut b = sh("b", &format!("test -e {flag_s} || exit 9; exec sleep 100"));
     b.depends_on = vec!["a".into()];
@@ -107,11 +117,18 @@ async fn killing_a_dependency_restarts_it_and_then_its_dependents() {
     })
     .await;
     for name in ["a", "b", "c"] {
-        assert_ne!(pid(&before, name), pid(&after, name), "{name} has a new process");
+        assert_ne!(
+            pid(&before, name),
+            pid(&after, name),
+            "{name} has a new process"
+        );
     }
     assert_eq!(
         find(&after, "a").last_exit,
-        Some(ExitStatus::Signal { signal: 9, core_dumped: false })
+        Some(ExitStatus::Signal {
+            signal: 9,
+            core_dumped: false
+        })
     );
     // b and c came back after a was ready again.
     assert!(find(&after, "b").started_at >= find(&after, "a").ready_at);
@@ -196,10 +213,16 @@ async fn stop_kills_the_whole_group_after_stop_wait() {
     let started = std::time::Instant::now();
     sup.stop_program("stubborn").await.unwrap();
     let stopped = until(&sup, "stopped", |s| s[0].state == ProgramState::Stopped).await;
-    assert!(started.elapsed() >= Duration::from_millis(300), "waited for stop_wait");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "waited for stop_wait"
+    );
     assert_eq!(
         stopped[0].last_exit,
-        Some(ExitStatus::Signal { signal: 9, core_dumped: false })
+        Some(ExitStatus::Signal {
+            signal: 9,
+            core_dumped: false
+        })
     );
     // The sleeps in its group are gone too (give init a moment to reap them).
     let deadline = std::time::Instant::now() + LONG;
@@ -236,7 +259,10 @@ async fn shutdown_stops_dependents_before_dependencies() {
     let order = std::fs::read_to_string(&record).unwrap();
     assert_eq!(order, "c\nb\na\n");
     assert!(sup.status().iter().all(|p| p.pid.is_none()));
-    assert!(sup.restart_program("a").await.is_err(), "no restarts after shutdown");
+    assert!(
+        sup.restart_program("a").await.is_err(),
+        "no restarts after shutdown"
+    );
 }
 
 #[tokio::test]
@@ -246,7 +272,10 @@ async fn restart_request_starts_a_new_process() {
     sup.restart_program("p").await.unwrap();
     let second = until(&sup, "restarted", |s| all_ready(s) && s[0].restarts == 1).await;
     assert_ne!(first[0].pid, second[0].pid);
-    assert_eq!(second[0].failures, 0, "a requested restart is not a failure");
+    assert_eq!(
+        second[0].failures, 0,
+        "a requested restart is not a failure"
+    );
     assert!(matches!(
         sup.restart_program("nope").await,
         Err(supervisor::SupervisorError::UnknownProgram(_))
@@ -265,12 +294,18 @@ async fn programs_run_as_the_configured_user_with_its_environment() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let out = dir.path().join("id");
     let mut p = sh(
         "p",
-        &format!("echo \"$(id -u) $(id -g) $USER $HOME $EXTRA\" > {}; exec sleep 100", out.display()),
+        &format!(
+            "echo \"$(id -u) $(id -g) $USER $HOME $EXTRA\" > {}; exec sleep 100",
+            out.display()
+        ),
     );
     p.user = Some("nobody".into());
     p.env.insert("EXTRA".into(), "x1".into());
@@ -302,7 +337,10 @@ async fn output_goes_to_rotated_log_files() {
     until(&sup, "ready", all_ready).await;
     let log = dir.path().join("chatty.log");
     let deadline = std::time::Instant::now() + LONG;
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("done") {
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("done")
+    {
         assert!(std::time::Instant::now() < deadline, "output never arrived");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

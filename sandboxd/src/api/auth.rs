@@ -10,7 +10,11 @@ use subtle::ConstantTimeEq;
 use super::AppState;
 use super::error::ApiError;
 
-pub async fn require_api_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn require_api_key(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     match &state.settings.api_key {
         Some(key) if !presented_key_matches(request.headers(), key) => {
             ApiError::unauthorized().into_response()
@@ -23,7 +27,10 @@ fn presented_key_matches(headers: &HeaderMap, key: &str) -> bool {
     let bearer = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
         .map(str::trim);
     let aio = headers
         .get("x-aio-api-key")

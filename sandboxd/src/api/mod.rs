@@ -37,7 +37,11 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(supervisor: Arc<Supervisor>, settings: Arc<Settings>, activity: Arc<Activity>) -> Self {
+    pub fn new(
+        supervisor: Arc<Supervisor>,
+        settings: Arc<Settings>,
+        activity: Arc<Activity>,
+    ) -> Self {
         Self {
             supervisor,
             settings,
@@ -56,8 +60,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/processes/{name}/start", post(processes::start))
         .route("/v1/processes/{name}/stop", post(processes::stop))
         .route("/v1/sandbox", get(sandbox::context))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key))
-        .layer(middleware::from_fn_with_state(state.clone(), track_activity));
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_key,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            track_activity,
+        ));
     Router::new()
         .route("/healthz", get(health::healthz))
         .merge(protected)

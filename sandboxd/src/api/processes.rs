@@ -63,7 +63,9 @@ fn process_info(p: &ProgramStatus) -> ProcessInfo {
         pid: p.pid,
         restarts: p.restarts,
         failures: p.failures,
-        uptime_secs: p.uptime().map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
+        uptime_secs: p
+            .uptime()
+            .map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
         started_at: rfc3339(p.started_at),
         ready_at: rfc3339(p.ready_at),
         last_exit: p.last_exit.map(|exit| ExitInfo {

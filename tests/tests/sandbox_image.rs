@@ -1,0 +1,441 @@
+//! The sandbox image in real Docker: sandboxd as PID 1 with the real desktop stack.
+
+use std::time::{Duration, Instant};
+
+use agentbox_tests::{Sandbox, SandboxOptions, docker, num, readable_file, row};
+use serde_json::Value;
+
+const READY: Duration = Duration::from_secs(60);
+const ALL: [&str; 6] = ["xvfb", "openbox", "chromium", "cdp", "x11vnc", "websockify"];
+
+fn all_ready(programs: &[Value]) -> bool {
+    ALL.iter().all(|n| row(programs, n)["state"] == "ready")
+}
+
+#[tokio::test]
+async fn every_program_becomes_ready_and_answers_on_its_port() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let programs = sandbox.programs().await.unwrap();
+    for name in ALL {
+        let p = row(&programs, name);
+        assert_eq!(p["state"], "ready", "{name}: {p}");
+        assert!(p["pid"].as_i64().unwrap() > 1, "{name} has a pid");
+    }
+
+    // CDP answers on the container port through socat, with a URL a remote client can use.
+    let version: Value = sandbox
+        .client
+        .get(format!("http://{}:9222/json/version", sandbox.ip))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(version["Browser"].as_str().unwrap().contains("Chrome/"));
+    let ws = version["webSocketDebuggerUrl"].as_str().unwrap();
+    assert!(
+        ws.starts_with(&format!("ws://{}:9222/devtools/browser/", sandbox.ip)),
+        "{ws}"
+    );
+
+    // noVNC is served by websockify, and the VNC server behind it speaks RFB 3.8.
+    let novnc = sandbox
+        .client
+        .get(format!("http://{}:6080/vnc.html", sandbox.ip))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(novnc.status(), 200);
+    assert!(novnc.text().await.unwrap().contains("noVNC"));
+    let banner = sandbox
+        .exec(&[
+            "python3",
+            "-c",
+            "import socket; s = socket.create_connection(('127.0.0.1', 5900)); print(s.recv(12).decode(), end='')",
+        ])
+        .unwrap();
+    assert_eq!(banner.trim_end(), "RFB 003.008");
+
+    // Everything, sandboxd included, runs as the unprivileged user `agent`.
+    let users = sandbox.exec(&["ps", "-eo", "user=,comm="]).unwrap();
+    for line in users.lines() {
+        let (user, command) = line.trim().split_once(char::is_whitespace).unwrap();
+        assert_eq!(user, "agent", "{command} runs as {user}");
+    }
+    let pid1 = sandbox.exec(&["cat", "/proc/1/comm"]).unwrap();
+    assert_eq!(pid1, "sandboxd");
+}
+
+#[tokio::test]
+async fn readyz_is_503_while_chromium_is_down_and_200_after_its_restart() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let before = sandbox.program("chromium").await.unwrap();
+    let pid = num(&before, "pid").to_string();
+
+    sandbox.exec(&["kill", "-KILL", &pid]).unwrap();
+
+    // Not ready, naming chromium, until the supervisor has it back.
+    let deadline = Instant::now() + READY;
+    let down = loop {
+        let (status, body) = sandbox.get("/readyz").await.unwrap();
+        if status == 503 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "readyz never went to 503");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let names: Vec<&str> = down["not_ready"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"chromium"), "{down}");
+    assert!(down["message"].as_str().unwrap().contains("chromium"));
+
+    sandbox.wait_ready(READY).await.unwrap();
+    let after = sandbox.program("chromium").await.unwrap();
+    assert_eq!(num(&after, "restarts"), 1);
+    assert_ne!(after["pid"], before["pid"]);
+    assert_eq!(after["last_exit"]["signal"], 9);
+}
+
+#[tokio::test]
+async fn killing_xvfb_restarts_it_and_then_everything_that_depends_on_it() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let before = sandbox.programs().await.unwrap();
+    let xvfb_pid = num(row(&before, "xvfb"), "pid").to_string();
+
+    sandbox.exec(&["kill", "-KILL", &xvfb_pid]).unwrap();
+
+    let after = sandbox
+        .wait_programs("the whole stack restarted and ready", READY, |programs| {
+            all_ready(programs) && ALL.iter().all(|n| num(row(programs, n), "restarts") >= 1)
+        })
+        .await
+        .unwrap();
+    let time = |name: &str, field: &str| row(&after, name)[field].as_str().unwrap().to_string();
+    // Xvfb's dependents came back only after the new Xvfb was ready.
+    for dependent in ["openbox", "chromium", "x11vnc"] {
+        assert!(
+            time(dependent, "started_at") >= time("xvfb", "ready_at"),
+            "{dependent} started before xvfb was ready: {after:#?}"
+        );
+    }
+    assert!(time("websockify", "started_at") >= time("x11vnc", "ready_at"));
+    assert!(time("cdp", "started_at") >= time("chromium", "ready_at"));
+    assert_eq!(row(&after, "xvfb")["last_exit"]["signal"], 9);
+    sandbox.wait_ready(READY).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_program_that_exits_at_once_backs_off_then_goes_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let drop_in = readable_file(
+        dir.path(),
+        "crashy.toml",
+        r#"
+[[program]]
+name = "crashy"
+command = "/bin/sh"
+args = ["-c", "echo crashing; exit 3"]
+required = false
+start_retries = 2
+backoff_initial_secs = 0.5
+"#,
+    )
+    .unwrap();
+    let sandbox = Sandbox::start(SandboxOptions {
+        drop_ins: vec![(&drop_in, "crashy.toml")],
+        ..Default::default()
+    })
+    .unwrap();
+    let mut states = Vec::new();
+    let programs = sandbox
+        .wait_programs("crashy fatal", READY, |programs| {
+            let state = row(programs, "crashy")["state"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if states.last() != Some(&state) {
+                states.push(state.clone());
+            }
+            state == "fatal"
+        })
+        .await
+        .unwrap();
+    assert!(
+        states.contains(&"backoff".to_string()),
+        "states seen: {states:?}"
+    );
+    let crashy = row(&programs, "crashy");
+    assert_eq!(num(crashy, "failures"), 3);
+    assert_eq!(crashy["last_exit"]["code"], 3);
+    assert!(
+        crashy["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("exit code 3")
+    );
+    // Not required, so the sandbox is still ready.
+    sandbox.wait_ready(READY).await.unwrap();
+}
+
+#[tokio::test]
+async fn two_hundred_orphaned_grandchildren_leave_no_zombies() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let (_, before) = sandbox.get("/v1/processes").await.unwrap();
+    let reaped_before = before["data"]["reaped_orphans"].as_u64().unwrap();
+
+    // Each subshell starts a sleep and exits at once: the sleep is orphaned and re-parented to
+    // PID 1, and becomes a zombie when it ends unless PID 1 reaps it.
+    sandbox
+        .exec(&["sh", "-c", "for i in $(seq 200); do (sleep 0.5 &); done"])
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, table) = sandbox.get("/v1/processes").await.unwrap();
+        let reaped = table["data"]["reaped_orphans"].as_u64().unwrap() - reaped_before;
+        let stats = sandbox.exec(&["ps", "-eo", "stat="]).unwrap();
+        let zombies = stats
+            .lines()
+            .filter(|s| s.trim_start().starts_with('Z'))
+            .count();
+        let sleeping = sandbox
+            .exec(&["sh", "-c", "ps -eo comm= | grep -c '^sleep$' || true"])
+            .unwrap();
+        if reaped >= 200 && zombies == 0 && sleeping.trim() == "0" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reaped {reaped} orphans, {zombies} zombies, {sleeping} sleeps left"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn docker_stop_ends_the_container_cleanly_with_exit_0() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let started = Instant::now();
+    docker(&["stop", "-t", "10", &sandbox.id]).unwrap();
+    let took = started.elapsed();
+    let code = docker(&["inspect", "-f", "{{.State.ExitCode}}", &sandbox.id]).unwrap();
+    // 137 would mean Docker had to SIGKILL after the stop-wait.
+    assert_eq!(code, "0", "exit code after docker stop (took {took:?})");
+    let logs = sandbox.logs_tail(200);
+    let order: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("\"message\":\"stopped\""))
+        .filter_map(|l| l.split("\"program\":\"").nth(1)?.split('"').next())
+        .collect();
+    let position = |name: &str| order.iter().position(|p| *p == name).unwrap();
+    assert_eq!(order.len(), 6, "{order:?}");
+    // Reverse dependency order: dependents stop before what they depend on.
+    assert!(position("cdp") < position("chromium"));
+    assert!(position("websockify") < position("x11vnc"));
+    for dependent in ["openbox", "chromium", "x11vnc"] {
+        assert!(position(dependent) < position("xvfb"), "{order:?}");
+    }
+    eprintln!("docker stop took {took:?}");
+}
+
+#[tokio::test]
+async fn program_logs_rotate_and_keep_the_configured_number_of_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let drop_in = readable_file(
+        dir.path(),
+        "chatty.toml",
+        r#"
+[[program]]
+name = "chatty"
+command = "/bin/sh"
+args = ["-c", "i=0; while [ $i -lt 300 ]; do echo \"chatty line $i: the quick brown fox jumps over the lazy dog\"; i=$((i+1)); done; echo finished; exec sleep 1000"]
+required = false
+"#,
+    )
+    .unwrap();
+    let sandbox = Sandbox::start(SandboxOptions {
+        drop_ins: vec![(&drop_in, "chatty.toml")],
+        env: vec![
+            ("SANDBOXD_LOG_MAX_BYTES", "4096".into()),
+            ("SANDBOXD_LOG_BACKUPS", "2".into()),
+        ],
+        ..Default::default()
+    })
+    .unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sandbox
+        .exec(&["cat", "/var/log/agentbox/chatty.log"])
+        .unwrap_or_default()
+        .contains("finished")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "chatty's output never reached its log"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let files = sandbox
+        .exec(&["sh", "-c", "cd /var/log/agentbox && ls chatty.log*"])
+        .unwrap();
+    let files: Vec<&str> = files.lines().collect();
+    assert_eq!(files, ["chatty.log", "chatty.log.1", "chatty.log.2"]);
+    let sizes = sandbox
+        .exec(&["sh", "-c", "cd /var/log/agentbox && stat -c %s chatty.log*"])
+        .unwrap();
+    for size in sizes.lines() {
+        assert!(size.parse::<u64>().unwrap() <= 4096, "sizes {sizes}");
+    }
+}
+
+#[tokio::test]
+async fn with_a_key_every_route_but_healthz_needs_it() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let client = &sandbox.client;
+    for path in ["/readyz", "/v1/processes", "/v1/sandbox"] {
+        let none = client.get(sandbox.url(path)).send().await.unwrap();
+        assert_eq!(none.status(), 401, "{path} without a key");
+        let body: Value = none.json().await.unwrap();
+        assert_eq!(body["success"], false);
+        assert!(body["message"].as_str().unwrap().contains("API key"));
+        let wrong = client
+            .get(sandbox.url(path))
+            .bearer_auth("not-the-key")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), 401, "{path} with a wrong key");
+        let aio = client
+            .get(sandbox.url(path))
+            .header("X-AIO-API-Key", &sandbox.api_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(aio.status(), 200, "{path} with X-AIO-API-Key");
+        let bearer = client
+            .get(sandbox.url(path))
+            .bearer_auth(&sandbox.api_key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(bearer.status(), 200, "{path} with a bearer token");
+    }
+    let restart = client
+        .post(sandbox.url("/v1/processes/openbox/restart"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(restart.status(), 401);
+    let health = client.get(sandbox.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    // The key is visible neither to the supervised programs nor in sandboxd's own /proc entry
+    // (sandboxd is non-dumpable, so same-user processes cannot read its environment).
+    let programs = sandbox.programs().await.unwrap();
+    for program in &programs {
+        let pid = num(program, "pid").to_string();
+        let environ = sandbox
+            .exec(&["sh", "-c", &format!("tr '\\0' '\\n' < /proc/{pid}/environ")])
+            .unwrap();
+        assert!(
+            environ.contains("DISPLAY="),
+            "read {}'s environment",
+            program["name"]
+        );
+        assert!(
+            !environ.contains("SANDBOX_API_KEY"),
+            "{} sees the key",
+            program["name"]
+        );
+    }
+    let pid1 = sandbox.exec(&["cat", "/proc/1/environ"]);
+    assert!(pid1.unwrap_err().to_string().contains("Permission denied"));
+}
+
+#[tokio::test]
+async fn sandbox_context_and_process_control() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let (status, body) = sandbox.get("/v1/sandbox").await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["success"], true);
+    for context in [&body, &body["data"]] {
+        assert_eq!(context["home_dir"], "/home/agent");
+        assert_eq!(context["workspace"], "/home/agent/workspace");
+        assert!(context["version"].as_str().is_some());
+        let system = &context["detail"]["system"];
+        assert_eq!(system["user"], "agent");
+        assert_eq!(system["arch"], "x86_64");
+        assert!(
+            system["os_version"].as_str().unwrap().contains("Debian"),
+            "{system}"
+        );
+        let ports: Vec<&str> = system["occupied_ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
+        for port in ["8080", "6080", "9222"] {
+            assert!(ports.contains(&port), "{port} in {ports:?}");
+        }
+        assert_eq!(system["screen"]["width"], 1280);
+    }
+
+    let (status, body) = sandbox.post("/v1/processes/openbox/restart").await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    sandbox
+        .wait_programs("openbox restarted", READY, |p| {
+            num(row(p, "openbox"), "restarts") == 1 && row(p, "openbox")["state"] == "ready"
+        })
+        .await
+        .unwrap();
+    let (status, body) = sandbox.post("/v1/processes/nope/restart").await.unwrap();
+    assert_eq!(status, 404);
+    assert!(body["message"].as_str().unwrap().contains("nope"));
+}
+
+#[tokio::test]
+async fn the_dead_man_switch_stops_an_idle_sandbox() {
+    let sandbox = Sandbox::start(SandboxOptions {
+        env: vec![("SANDBOXD_IDLE_EXIT_SECS", "4".into())],
+        ..Default::default()
+    })
+    .unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    // Requests keep it alive well past the limit ...
+    let until = Instant::now() + Duration::from_secs(7);
+    while Instant::now() < until {
+        let (status, _) = sandbox.get("/v1/processes").await.unwrap();
+        assert_eq!(status, 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // ... /healthz does not count, and after the limit it shuts down by itself, cleanly.
+    let id = sandbox.id.clone();
+    let waiter = tokio::task::spawn_blocking(move || docker(&["wait", &id]));
+    let health = sandbox.client.clone();
+    let url = sandbox.url("/healthz");
+    let pinger = tokio::spawn(async move {
+        loop {
+            let _ = health.get(&url).send().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let code = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the sandbox exits on its own")
+        .unwrap()
+        .unwrap();
+    pinger.abort();
+    assert_eq!(code, "0");
+    assert!(sandbox.logs_tail(50).contains("idle limit"));
+}
