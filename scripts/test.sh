@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: formatting and lints, unit tests, end-to-end tests against the real
+# image in real Docker, and a smoke run of every benchmark harness. Ends with "N passed, N failed".
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+# shellcheck source=scripts/lib.sh
+. "$root/scripts/lib.sh"
+
+passed=0
+failed=0
+failures=()
+started=$(date +%s)
+
+step() { # name command...
+  local name=$1
+  shift
+  log "== $name"
+  local t0
+  t0=$(date +%s)
+  if "$@"; then
+    passed=$((passed + 1))
+    log "ok: $name ($(( $(date +%s) - t0 )) s)"
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    log "FAILED: $name ($(( $(date +%s) - t0 )) s)"
+  fi
+}
+
+# Runs nextest and adds its per-test counts to the totals.
+nextest() {
+  local out
+  out=$(mktemp)
+  cargo nextest run --locked --workspace --release --profile ci 2>&1 | tee "$out"
+  local status=${PIPESTATUS[0]}
+  local summary
+  summary=$(grep -E 'Summary \[' "$out" | tail -1)
+  local p f
+  p=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+  f=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+  local timed_out
+  timed_out=$(grep -oE '[0-9]+ timed out' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+  rm -f "$out"
+  passed=$((passed + p))
+  failed=$((failed + f + timed_out))
+  if [ "$status" != 0 ] && [ "$f" = 0 ] && [ "$timed_out" = 0 ]; then
+    failed=$((failed + 1))
+    failures+=("nextest (exit $status)")
+  fi
+  [ "$status" = 0 ]
+}
+
+prepare() {
+  ensure_docker || return 1
+  ensure_command debootstrap debootstrap || return 1
+  ensure_command curl curl || return 1
+  if ! cargo nextest --version >/dev/null 2>&1; then
+    log "installing cargo-nextest"
+    cargo install --locked cargo-nextest >&2 || return 1
+  fi
+}
+
+if ! prepare; then
+  echo "0 passed, 1 failed (environment preparation)"
+  exit 1
+fi
+
+step "cargo fmt --check" cargo fmt --all -- --check
+step "cargo clippy" cargo clippy --locked --workspace --all-targets --release -- -D warnings
+step "build the sandbox image" images/build.sh
+log "== tests (unit, router and end-to-end)"
+nextest || failures+=("nextest")
+step "benchmark harness smoke run (startup, 1 iteration)" \
+  cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
+
+log "finished in $(( $(date +%s) - started )) s"
+if [ ${#failures[@]} -gt 0 ]; then
+  log "failed: ${failures[*]}"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
