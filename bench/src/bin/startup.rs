@@ -65,8 +65,12 @@ async fn main() -> anyhow::Result<()> {
         if i > 0 {
             eprintln!(
                 "  iteration {i}: sandboxd {:.0} ms, floor {:.0} ms",
-                sandboxd.last().map_or(0.0, |d: &Duration| d.as_secs_f64() * 1000.0),
-                floor.last().map_or(0.0, |d: &Duration| d.as_secs_f64() * 1000.0)
+                sandboxd
+                    .last()
+                    .map_or(0.0, |d: &Duration| d.as_secs_f64() * 1000.0),
+                floor
+                    .last()
+                    .map_or(0.0, |d: &Duration| d.as_secs_f64() * 1000.0)
             );
         }
     }
@@ -77,7 +81,10 @@ async fn main() -> anyhow::Result<()> {
     print_row("docker run -> /readyz 200 (sandboxd)", &s);
     print_row("docker run -> CDP answers (plain script floor)", &f);
     println!();
-    println!("median ratio sandboxd/floor: {:.3} (goal <= 1.15)", s.median / f.median);
+    println!(
+        "median ratio sandboxd/floor: {:.3} (goal <= 1.15)",
+        s.median / f.median
+    );
     rss_kib.sort_unstable();
     container_mib.sort_by(|a, b| a.total_cmp(b));
     if !rss_kib.is_empty() {
@@ -106,12 +113,27 @@ async fn run_once(
     let _ = docker(&["rm", "-f", &name]);
     let mount = format!("{}:/bench/plain-start.sh:ro", floor_script.display());
     let mut args = vec![
-        "run", "-d", "--rm", "--name", &name, "--network", NETWORK, "--ip", IP,
+        "run",
+        "-d",
+        "--rm",
+        "--name",
+        &name,
+        "--network",
+        NETWORK,
+        "--ip",
+        IP,
     ];
     let key_env = format!("SANDBOX_API_KEY={KEY}");
     match arm {
         Arm::Sandboxd => args.extend(["-e", &key_env, image]),
-        Arm::Floor => args.extend(["-v", &mount, "--entrypoint", "/bin/sh", image, "/bench/plain-start.sh"]),
+        Arm::Floor => args.extend([
+            "-v",
+            &mount,
+            "--entrypoint",
+            "/bin/sh",
+            image,
+            "/bench/plain-start.sh",
+        ]),
     }
     let url = match arm {
         Arm::Sandboxd => format!("http://{IP}:8080/readyz"),
@@ -149,7 +171,12 @@ async fn run_once(
             .and_then(|v| v.parse::<u64>().ok())
             .context("VmRSS of sandboxd")?;
         let usage = docker(&[
-            "exec", "-u", "root", &name, "sh", "-c",
+            "exec",
+            "-u",
+            "root",
+            &name,
+            "sh",
+            "-c",
             "cat /sys/fs/cgroup/memory/memory.usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.current",
         ])?;
         let container = usage.trim().parse::<f64>().unwrap_or(f64::NAN) / (1024.0 * 1024.0);

@@ -1,15 +1,19 @@
-//! The one error type of the HTTP layer: a status code and a message, rendered in AIO's envelope.
+//! The one error type of the HTTP layer: a status code and a message, rendered in AIO's envelope
+//! (and, for 422, FastAPI's `detail` list, which AIO's SDKs parse).
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+
+use super::types::{ErrorBody, ValidationDetail};
 
 /// An error answer. Its message names what was wrong (the field, the program, the path).
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    /// For 422: where the problem is (`["body", "field"]`).
+    pub loc: Option<Vec<String>>,
 }
 
 impl ApiError {
@@ -17,11 +21,43 @@ impl ApiError {
         Self {
             status,
             message: message.into(),
+            loc: None,
+        }
+    }
+
+    /// 400: the request cannot be understood (malformed JSON, contradictory fields).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    /// 422: a body field is missing or has a bad value. `field` is its name in the body.
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        Self::invalid_at(vec!["body".to_string(), field.to_string()], message)
+    }
+
+    /// 422 at an explicit location.
+    pub fn invalid_at(loc: Vec<String>, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            message: message.into(),
+            loc: Some(loc),
         }
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, message)
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, message)
     }
 
     pub fn unauthorized() -> Self {
@@ -34,15 +70,36 @@ impl ApiError {
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
     }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.status, self.message)
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({
-            "success": false,
-            "message": self.message,
-            "data": null,
+        if self.status.is_server_error() {
+            tracing::warn!(status = self.status.as_u16(), message = %self.message, "request failed");
+        }
+        let detail = self.loc.map(|loc| {
+            vec![ValidationDetail {
+                loc,
+                msg: self.message.clone(),
+                kind: "value_error".into(),
+            }]
         });
+        let body = ErrorBody {
+            success: false,
+            message: self.message,
+            data: None,
+            detail,
+        };
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

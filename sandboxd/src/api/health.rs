@@ -3,11 +3,24 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::types::{Health, NotReady, Readiness};
 
+/// Routes that need no key.
+pub fn public_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(healthz))
+}
+
+pub fn protected_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(readyz))
+}
+
 /// Liveness: sandboxd answers. Needs no key and does not count as activity.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "sandboxd is alive", body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok",
@@ -16,6 +29,11 @@ pub async fn healthz() -> Json<Health> {
 }
 
 /// 200 only when every required program is ready; otherwise 503 naming the ones that are not.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses(
+        (status = 200, description = "every required program is ready", body = Readiness),
+        (status = 503, description = "some required program is not ready", body = Readiness),
+    ))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
     let snapshot = state.supervisor.status();
     let not_ready: Vec<NotReady> = snapshot

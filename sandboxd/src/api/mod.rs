@@ -1,14 +1,18 @@
 //! sandboxd's HTTP API: routes, shared state and the middleware every request passes.
 //!
-//! Layout: one file per resource ([`health`], [`processes`], [`sandbox`]); [`auth`] checks the
-//! API key; [`types`] holds every type on the wire; [`error`] renders failures.
+//! Layout: one file per resource, each exporting `routes()` (an [`OpenApiRouter`] whose handlers
+//! carry `#[utoipa::path]`, so the OpenAPI document at `/v1/openapi.json` is generated from the
+//! code); [`types`] holds every type on the wire; [`extract`] parses requests; [`error`] renders
+//! failures; [`auth`] checks the API key.
 //!
 //! **Invariant:** only this module knows JSON shapes and status codes; it calls into the
 //! supervisor and the capability modules, which know nothing of HTTP.
 
 pub mod auth;
 pub mod error;
+pub mod extract;
 pub mod health;
+pub mod openapi;
 pub mod processes;
 pub mod sandbox;
 pub mod types;
@@ -17,15 +21,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
-use axum::response::Response;
-use axum::routing::{get, post};
+use axum::response::{IntoResponse, Response};
 use supervisor::Supervisor;
 use tracing::Instrument;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::activity::Activity;
 use crate::config::Settings;
+use error::ApiError;
+
+/// Largest JSON body any route accepts unless it sets its own limit (uploads do).
+pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -51,15 +59,29 @@ impl AppState {
     }
 }
 
+/// The routes that need the API key, with their OpenAPI description.
+fn protected_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .merge(health::protected_routes())
+        .merge(processes::routes())
+        .merge(sandbox::routes())
+}
+
+/// The generated OpenAPI document of the whole API.
+pub fn openapi_document() -> utoipa::openapi::OpenApi {
+    let (_, mut document) = protected_routes().split_for_parts();
+    let (_, public) = health::public_routes().split_for_parts();
+    document.merge(public);
+    openapi::finish(&mut document);
+    document
+}
+
 /// The whole API. `/healthz` is outside authentication and does not count as activity.
 pub fn router(state: AppState) -> Router {
-    let protected = Router::new()
-        .route("/readyz", get(health::readyz))
-        .route("/v1/processes", get(processes::list))
-        .route("/v1/processes/{name}/restart", post(processes::restart))
-        .route("/v1/processes/{name}/start", post(processes::start))
-        .route("/v1/processes/{name}/stop", post(processes::stop))
-        .route("/v1/sandbox", get(sandbox::context))
+    let document = Arc::new(openapi_document());
+    let (protected, _) = protected_routes().split_for_parts();
+    let protected = protected
+        .merge(openapi::routes(document))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_key,
@@ -68,11 +90,34 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             track_activity,
         ));
-    Router::new()
-        .route("/healthz", get(health::healthz))
+    let (public, _) = health::public_routes().split_for_parts();
+    public
         .merge(protected)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
         .layer(middleware::from_fn_with_state(state.clone(), request_span))
         .with_state(state)
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {} {}",
+        request.method(),
+        request.uri().path()
+    ))
+}
+
+async fn method_not_allowed(request: Request) -> Response {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+    .into_response()
 }
 
 /// Gives every request an id (the caller's `x-request-id`, or a new one), a span carrying it,

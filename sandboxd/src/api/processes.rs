@@ -6,10 +6,24 @@ use axum::Json;
 use axum::extract::{Path, State};
 use supervisor::{ExitStatus, ProgramStatus};
 
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use super::AppState;
 use super::error::ApiError;
-use super::types::{Envelope, ExitInfo, ProcessInfo, ProcessTable};
+use super::types::{Envelope, ErrorBody, ExitInfo, ProcessInfo, ProcessTable};
 
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(restart))
+        .routes(routes!(start))
+        .routes(routes!(stop))
+}
+
+/// The supervisor's state table, plus how many orphans sandboxd has reaped.
+#[utoipa::path(get, path = "/v1/processes", tag = "processes",
+    responses((status = 200, body = Envelope<ProcessTable>)))]
 pub async fn list(State(state): State<AppState>) -> Json<Envelope<ProcessTable>> {
     let programs = state.supervisor.status().iter().map(process_info).collect();
     Json(Envelope::ok(ProcessTable {
@@ -18,6 +32,13 @@ pub async fn list(State(state): State<AppState>) -> Json<Envelope<ProcessTable>>
     }))
 }
 
+/// Stops the program if it runs and starts it again; its dependents follow once it is ready.
+#[utoipa::path(post, path = "/v1/processes/{name}/restart", tag = "processes",
+    params(("name" = String, Path, description = "program name")),
+    responses(
+        (status = 200, body = Envelope<ProcessInfo>),
+        (status = 404, description = "no such program", body = ErrorBody),
+    ))]
 pub async fn restart(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -26,6 +47,13 @@ pub async fn restart(
     current(&state, &name)
 }
 
+/// Starts a stopped, exited or fatal program (clearing its failure count).
+#[utoipa::path(post, path = "/v1/processes/{name}/start", tag = "processes",
+    params(("name" = String, Path, description = "program name")),
+    responses(
+        (status = 200, body = Envelope<ProcessInfo>),
+        (status = 404, description = "no such program", body = ErrorBody),
+    ))]
 pub async fn start(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -34,6 +62,13 @@ pub async fn start(
     current(&state, &name)
 }
 
+/// Stops the program (stop signal, then SIGKILL to its group after its stop-wait) and keeps it stopped.
+#[utoipa::path(post, path = "/v1/processes/{name}/stop", tag = "processes",
+    params(("name" = String, Path, description = "program name")),
+    responses(
+        (status = 200, body = Envelope<ProcessInfo>),
+        (status = 404, description = "no such program", body = ErrorBody),
+    ))]
 pub async fn stop(
     State(state): State<AppState>,
     Path(name): Path<String>,

@@ -1,0 +1,72 @@
+//! The OpenAPI document: generated from the route annotations and the wire types, served at
+//! `GET /v1/openapi.json`. Never hand-edited.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use utoipa::openapi::OpenApi;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+use super::AppState;
+
+/// The document's fixed parts: title, version, security schemes.
+pub fn base() -> OpenApi {
+    utoipa::openapi::OpenApiBuilder::new()
+        .info(
+            utoipa::openapi::InfoBuilder::new()
+                .title("sandboxd")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "The Agentbox sandbox API (AIO Sandbox compatible). JSON answers use the \
+                     envelope {success, message, data}.",
+                ))
+                .build(),
+        )
+        .build()
+}
+
+/// Adds the security schemes and makes every operation but `/healthz` require one of them.
+pub fn finish(document: &mut OpenApi) {
+    let components = document.components.get_or_insert_with(Default::default);
+    components.add_security_scheme(
+        "bearer",
+        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    );
+    components.add_security_scheme(
+        "aio_api_key",
+        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-AIO-API-Key"))),
+    );
+    let requirements = vec![
+        utoipa::openapi::security::SecurityRequirement::new("bearer", Vec::<String>::new()),
+        utoipa::openapi::security::SecurityRequirement::new("aio_api_key", Vec::<String>::new()),
+    ];
+    for (path, item) in document.paths.paths.iter_mut() {
+        if path == "/healthz" {
+            continue;
+        }
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            operation.security = Some(requirements.clone());
+        }
+    }
+}
+
+/// `GET /v1/openapi.json`.
+pub fn routes(document: Arc<OpenApi>) -> axum::Router<AppState> {
+    axum::Router::new().route(
+        "/v1/openapi.json",
+        axum::routing::get(move |State(_): State<AppState>| {
+            let document = document.clone();
+            async move { Json(document.as_ref().clone()) }
+        }),
+    )
+}

@@ -1,0 +1,26 @@
+//! Liveness and readiness.
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+    pub version: &'static str,
+}
+
+/// `GET /readyz`: 200 when every required program is ready, else 503.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Required programs that are not ready, with their states.
+    pub not_ready: Vec<NotReady>,
+    pub message: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NotReady {
+    pub name: String,
+    pub state: &'static str,
+}

@@ -1,0 +1,16 @@
+//! Every type that crosses sandboxd's HTTP boundary, in one place: one file per resource.
+//!
+//! JSON routes answer in AIO Sandbox's envelope, `{success, message, data}`; clients written for
+//! AIO parse these shapes unchanged. Request types ignore unknown fields (AIO's SDKs may send
+//! extra ones) and accept `null` for every optional field. The OpenAPI document at
+//! `/v1/openapi.json` is generated from these types and the route annotations.
+
+pub mod common;
+pub mod health;
+pub mod processes;
+pub mod sandbox;
+
+pub use common::*;
+pub use health::*;
+pub use processes::*;
+pub use sandbox::*;

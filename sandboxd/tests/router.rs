@@ -1,0 +1,126 @@
+//! The router without a socket (`oneshot`): auth, error shapes, the OpenAPI document.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use sandboxd::activity::Activity;
+use sandboxd::api::{AppState, router};
+use sandboxd::config::Settings;
+use serde_json::Value;
+use supervisor::{Supervisor, SupervisorConfig};
+use tower::ServiceExt;
+
+fn app(key: Option<&str>) -> axum::Router {
+    let mut settings = Settings::from_lookup(|_| None).unwrap();
+    settings.api_key = key.map(str::to_owned);
+    let supervisor = Arc::new(Supervisor::start(SupervisorConfig::default()).unwrap());
+    router(AppState::new(
+        supervisor,
+        Arc::new(settings),
+        Activity::new(),
+    ))
+}
+
+async fn call(app: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).unwrap()
+}
+
+#[tokio::test]
+async fn the_key_is_required_everywhere_but_healthz() {
+    let app = app(Some("k1"));
+    let (status, body) = call(&app, get("/healthz")).await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
+    for path in [
+        "/readyz",
+        "/v1/processes",
+        "/v1/sandbox",
+        "/v1/openapi.json",
+    ] {
+        let (status, body) = call(&app, get(path)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(body["success"], false);
+    }
+    for (header, value, expected) in [
+        ("authorization", "Bearer k1", StatusCode::OK),
+        ("x-aio-api-key", "k1", StatusCode::OK),
+        ("authorization", "Bearer k2", StatusCode::UNAUTHORIZED),
+        ("authorization", "k1", StatusCode::UNAUTHORIZED),
+    ] {
+        let request = Request::get("/v1/processes")
+            .header(header, value)
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(call(&app, request).await.0, expected, "{header}: {value}");
+    }
+}
+
+#[tokio::test]
+async fn unknown_routes_and_programs_get_json_errors() {
+    let app = app(None);
+    let (status, body) = call(&app, get("/v1/nothing-here")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/nothing-here")
+    );
+    let request = Request::post("/v1/processes/ghost/restart")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = call(&app, request).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["message"].as_str().unwrap().contains("ghost"));
+    let request = Request::delete("/v1/processes")
+        .body(Body::empty())
+        .unwrap();
+    let (status, body) = call(&app, request).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["success"], false);
+}
+
+#[tokio::test]
+async fn readyz_with_no_programs_is_ready() {
+    let (status, body) = call(&app(None), get("/readyz")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["ready"], true);
+}
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_route() {
+    let (status, doc) = call(&app(None), get("/v1/openapi.json")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for path in [
+        "/healthz",
+        "/readyz",
+        "/v1/processes",
+        "/v1/processes/{name}/restart",
+        "/v1/sandbox",
+    ] {
+        assert!(
+            paths.contains_key(path),
+            "{path} missing from {:?}",
+            paths.keys()
+        );
+    }
+    assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
+    assert!(doc["paths"]["/v1/processes"]["get"]["security"].is_array());
+    assert!(doc["components"]["schemas"]["ProcessInfo"].is_object());
+}
