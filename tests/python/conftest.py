@@ -1,0 +1,89 @@
+"""Fixtures for the end-to-end tests driven by clients nobody here wrote.
+
+A session-wide sandbox container is started from the real image (``AGENTBOX_SANDBOX_IMAGE``,
+default ``agentbox/sandbox:latest``) and removed at the end, even when tests fail.
+"""
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+IMAGE = os.environ.get("AGENTBOX_SANDBOX_IMAGE", "agentbox/sandbox:latest")
+
+
+def docker(*args: str) -> str:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+class SandboxContainer:
+    """One sandbox container, reached at its address on Docker's bridge network."""
+
+    def __init__(self, env: dict[str, str] | None = None):
+        self.api_key = "py-" + uuid.uuid4().hex
+        args = ["run", "-d", "--label", "agentbox.test=1", "-e", f"SANDBOX_API_KEY={self.api_key}"]
+        for name, value in (env or {}).items():
+            args += ["-e", f"{name}={value}"]
+        self.id = docker(*args, IMAGE)
+        self.ip = docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", self.id)
+        self.base_url = f"http://{self.ip}:8080"
+        self.cdp_url = f"http://{self.ip}:9222"
+        self.wait_ready()
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    def request(self, method: str, path: str, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + path, data=data, method=method, headers=self.headers())
+        if data is not None:
+            req.add_header("content-type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            try:
+                status, body = self.request("GET", "/readyz")
+                if status == 200:
+                    return
+                last = body
+            except OSError as error:
+                last = error
+            time.sleep(0.1)
+        raise RuntimeError(f"sandbox {self.id[:12]} not ready: {last}\n{docker('logs', '--tail', '40', self.id)}")
+
+    def exec(self, *command: str) -> str:
+        return docker("exec", self.id, *command)
+
+    def close(self) -> None:
+        subprocess.run(["docker", "rm", "-f", "-v", self.id], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    container = SandboxContainer()
+    try:
+        yield container
+    finally:
+        container.close()
+
+
+@pytest.fixture(scope="session")
+def client(sandbox):
+    from agent_sandbox import Sandbox
+
+    return Sandbox(base_url=sandbox.base_url, headers=sandbox.headers(), timeout=60)

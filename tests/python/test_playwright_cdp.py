@@ -1,0 +1,23 @@
+"""Python Playwright attaching to the sandbox's Chromium over CDP from outside the container."""
+
+from playwright.sync_api import sync_playwright
+
+
+def test_connect_over_cdp_and_open_a_page_served_in_the_container(sandbox):
+    sandbox.exec("sh", "-c", "mkdir -p /tmp/site && echo '<title>inside</title><h1 id=h>served in the sandbox</h1>' > /tmp/site/index.html")
+    sandbox.exec("sh", "-c", "(python3 -m http.server 8765 --bind 127.0.0.1 --directory /tmp/site >/dev/null 2>&1 &)")
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(sandbox.cdp_url)
+        context = browser.contexts[0]
+        page = context.new_page()
+        for _ in range(50):
+            try:
+                page.goto("http://127.0.0.1:8765/", timeout=5000)
+                break
+            except Exception:
+                page.wait_for_timeout(100)
+        assert page.title() == "inside"
+        assert page.inner_text("#h") == "served in the sandbox"
+        assert browser.version
+        page.close()
+        browser.close()
