@@ -51,10 +51,46 @@ nextest() {
   [ "$status" = 0 ]
 }
 
+# A virtualenv with the Python test clients, cached outside the clone by requirements hash.
+python_env() {
+  local hash
+  hash=$(sha256sum tests/python/requirements.txt | cut -c1-16)
+  venv="${AGENTBOX_CACHE:-$HOME/.cache/agentbox}/venv-$hash"
+  if [ ! -x "$venv/bin/pytest" ]; then
+    log "creating the Python test environment ($venv)"
+    rm -rf "$venv"
+    python3 -m venv "$venv" || return 1
+    "$venv/bin/pip" install -q --upgrade pip >&2 || return 1
+    "$venv/bin/pip" install -q -r tests/python/requirements.txt >&2 || return 1
+  fi
+}
+
+# Runs pytest and adds its per-test counts to the totals.
+pytests() {
+  local out
+  out=$(mktemp)
+  "$venv/bin/pytest" -q -p no:cacheprovider tests/python 2>&1 | tee "$out"
+  local status=${PIPESTATUS[0]}
+  local summary
+  summary=$(grep -E '(passed|failed|error)' "$out" | tail -1)
+  local p f e
+  p=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+  f=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+  e=$(grep -oE '[0-9]+ errors?' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+  rm -f "$out"
+  passed=$((passed + p))
+  failed=$((failed + f + e))
+  if [ "$status" != 0 ] && [ "$f" = 0 ] && [ "$e" = 0 ]; then
+    failed=$((failed + 1))
+  fi
+  [ "$status" = 0 ]
+}
+
 prepare() {
   ensure_docker || return 1
   ensure_command debootstrap debootstrap || return 1
   ensure_command curl curl || return 1
+  python_env || return 1
   if ! cargo nextest --version >/dev/null 2>&1; then
     log "installing cargo-nextest"
     cargo install --locked cargo-nextest >&2 || return 1
@@ -71,6 +107,8 @@ step "cargo clippy" cargo clippy --locked --workspace --all-targets --release --
 step "build the sandbox image" images/build.sh
 log "== tests (unit, router and end-to-end)"
 nextest || failures+=("nextest")
+log "== Python clients (agent-sandbox SDK, Playwright, mcp)"
+pytests || failures+=("pytest")
 step "benchmark harness smoke run (startup, 1 iteration)" \
   cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
 
