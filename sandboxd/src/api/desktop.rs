@@ -1,0 +1,484 @@
+//! Desktop (computer use) routes: `GET /v1/browser/screenshot` and `POST /v1/browser/actions`
+//! (AIO's paths), served in-process through the `desktop` crate: XTest input, MIT-SHM capture.
+//! [`take_screenshot`] and [`perform`] are shared with the MCP tools.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use desktop::{Button, DesktopError, EncodedImage, ImageFormat, fit_within};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{AioJson, AioQuery};
+use super::types::{
+    ActionData, ActionResponse, CursorPosition, DesktopAction, ErrorBody, ScreenshotQuery,
+    SettleInfo,
+};
+use crate::desktop_session::DesktopSession;
+
+/// Longest `WAIT`.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+/// Longest `WAIT_SETTLED` timeout.
+const MAX_SETTLE: Duration = Duration::from_secs(60);
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(screenshot))
+        .routes(routes!(actions))
+}
+
+/// A screenshot of the whole screen. Headers give the screen size, the image size, the
+/// screenshot's id (for `screenshot_id` in actions) and its scale (screen pixels per image pixel).
+#[utoipa::path(get, path = "/v1/browser/screenshot", tag = "desktop",
+    params(ScreenshotQuery),
+    responses(
+        (status = 200, description = "the image (PNG unless `format=jpeg`), with headers x-screen-width, x-screen-height, x-image-width, x-image-height, x-screenshot-id, x-scale-x, x-scale-y", content_type = "image/png"),
+        (status = 422, description = "bad query parameter", body = ErrorBody),
+        (status = 503, description = "the X display is not available", body = ErrorBody),
+    ))]
+pub async fn screenshot(
+    State(state): State<AppState>,
+    AioQuery(query): AioQuery<ScreenshotQuery>,
+) -> Result<Response, ApiError> {
+    let shot = take_screenshot(&state, &query).await?;
+    let image = shot.image;
+    let mut response = image.bytes.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(image.mime));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    for (name, value) in [
+        ("x-screen-width", image.screen_width.to_string()),
+        ("x-screen-height", image.screen_height.to_string()),
+        ("x-image-width", image.width.to_string()),
+        ("x-image-height", image.height.to_string()),
+        ("x-screenshot-id", shot.id.to_string()),
+        ("x-scale-x", format!("{:.6}", image.scale_x)),
+        ("x-scale-y", format!("{:.6}", image.scale_y)),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    Ok(response)
+}
+
+/// A captured, encoded screenshot and the id its transform is remembered under.
+pub struct Screenshot {
+    pub image: EncodedImage,
+    pub id: u64,
+}
+
+/// Captures and encodes the screen as `query` asks.
+pub async fn take_screenshot(
+    state: &AppState,
+    query: &ScreenshotQuery,
+) -> Result<Screenshot, ApiError> {
+    let format = match query.format.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("png") => ImageFormat::Png,
+        Some("jpeg" | "jpg") => {
+            let quality = query.quality.unwrap_or(80);
+            if !(1..=100).contains(&quality) {
+                return Err(ApiError::invalid_at(
+                    vec!["query".into(), "quality".into()],
+                    format!("quality must be between 1 and 100, got {quality}"),
+                ));
+            }
+            ImageFormat::Jpeg { quality }
+        }
+        Some(other) => {
+            return Err(ApiError::invalid_at(
+                vec!["query".into(), "format".into()],
+                format!("format must be png or jpeg, got {other:?}"),
+            ));
+        }
+    };
+    for (name, value) in [("max_width", query.max_width), ("max_height", query.max_height)] {
+        if let Some(value) = value
+            && !(16..=desktop::MAX_IMAGE_SIDE).contains(&value)
+        {
+            return Err(ApiError::invalid_at(
+                vec!["query".into(), name.into()],
+                format!("{name} must be between 16 and {}, got {value}", desktop::MAX_IMAGE_SIDE),
+            ));
+        }
+    }
+    let bounds = (
+        query.max_width.unwrap_or(u32::MAX),
+        query.max_height.unwrap_or(u32::MAX),
+    );
+    let resize = query.max_width.is_some() || query.max_height.is_some();
+    let session = state.desktop.clone();
+    let image = blocking(move || {
+        session.with(|desktop| {
+            let target = if resize {
+                Some(fit_within(desktop.screen_size()?, bounds))
+            } else {
+                None
+            };
+            desktop.screenshot(format, target)
+        })
+    })
+    .await?;
+    let id = state.desktop.record(&image);
+    Ok(Screenshot { image, id })
+}
+
+/// Performs one desktop action: AIO's 16 action types plus TRIPLE_CLICK, DRAG_PATH,
+/// CURSOR_POSITION and WAIT_SETTLED, and modifiers on CLICK.
+#[utoipa::path(post, path = "/v1/browser/actions", tag = "desktop",
+    request_body = DesktopAction,
+    responses(
+        (status = 200, description = "the action was performed", body = ActionResponse),
+        (status = 400, description = "malformed JSON", body = ErrorBody),
+        (status = 422, description = "unknown action type or a bad field (named in the message)", body = ErrorBody),
+        (status = 503, description = "the X display is not available", body = ErrorBody),
+    ))]
+pub async fn actions(
+    State(state): State<AppState>,
+    AioJson(action): AioJson<DesktopAction>,
+) -> Result<Json<ActionResponse>, ApiError> {
+    let data = perform(&state, action).await?;
+    Ok(Json(ActionResponse {
+        success: true,
+        message: format!("{} performed", data.action_performed),
+        status: "success",
+        action_performed: data.action_performed.clone(),
+        data,
+    }))
+}
+
+/// Performs `action` and reports where the pointer ended up.
+pub async fn perform(state: &AppState, action: DesktopAction) -> Result<ActionData, ApiError> {
+    let name = action.name();
+    let session = state.desktop.clone();
+    let mut settle = None;
+    match action {
+        DesktopAction::Wait { duration } => {
+            if !duration.is_finite() || duration <= 0.0 || duration > MAX_WAIT.as_secs_f64() {
+                return Err(ApiError::invalid(
+                    "duration",
+                    format!("duration must be more than 0 and at most {} seconds", MAX_WAIT.as_secs()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs_f64(duration)).await;
+        }
+        DesktopAction::WaitSettled {
+            quiet_ms,
+            timeout_ms,
+        } => {
+            let quiet = Duration::from_millis(quiet_ms.unwrap_or(300));
+            let timeout = Duration::from_millis(timeout_ms.unwrap_or(5000));
+            if quiet.is_zero() || quiet > MAX_SETTLE {
+                return Err(ApiError::invalid("quiet_ms", "quiet_ms must be between 1 and 60000"));
+            }
+            if timeout > MAX_SETTLE {
+                return Err(ApiError::invalid("timeout_ms", "timeout_ms must be at most 60000"));
+            }
+            let report = blocking(move || session.with(|d| d.wait_until_settled(quiet, timeout))).await?;
+            settle = Some(SettleInfo {
+                settled: report.settled,
+                waited_ms: report.waited.as_millis() as u64,
+                frames: report.frames,
+            });
+        }
+        other => {
+            let resolved = resolve(&state.desktop, other)?;
+            blocking(move || session.with(|d| run(d, &resolved))).await?;
+        }
+    }
+    let session = state.desktop.clone();
+    let (x, y) = blocking(move || session.with(|d| d.cursor_position())).await?;
+    Ok(ActionData {
+        status: "success",
+        action_performed: name.to_string(),
+        cursor: Some(CursorPosition { x, y }),
+        settle,
+    })
+}
+
+/// An action with its coordinates on the screen and its names checked.
+enum Resolved {
+    MoveTo(i32, i32),
+    MoveRel(i32, i32),
+    Click {
+        at: Option<(i32, i32)>,
+        button: Button,
+        count: u32,
+        modifiers: Vec<String>,
+    },
+    Down(Button),
+    Up(Button),
+    Drag(Vec<(i32, i32)>, Button),
+    DragFromPointer((i32, i32), Button, bool),
+    Scroll {
+        at: Option<(i32, i32)>,
+        dx: i32,
+        dy: i32,
+    },
+    Type(String),
+    Paste(String),
+    Press(String),
+    KeyDown(String),
+    KeyUp(String),
+    Hotkey(Vec<String>),
+    Nothing,
+}
+
+fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, ApiError> {
+    let at = |x: Option<f64>, y: Option<f64>, shot: Option<u64>| -> Result<Option<(i32, i32)>, ApiError> {
+        match (x, y) {
+            (Some(x), Some(y)) => point(session, x, y, shot).map(Some),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(ApiError::invalid("y", "x is given but y is missing")),
+            (None, Some(_)) => Err(ApiError::invalid("x", "y is given but x is missing")),
+        }
+    };
+    Ok(match action {
+        DesktopAction::MoveTo { x, y, screenshot_id } => {
+            let (x, y) = point(session, x, y, screenshot_id)?;
+            Resolved::MoveTo(x, y)
+        }
+        DesktopAction::MoveRel { x_offset, y_offset } => {
+            Resolved::MoveRel(offset("x_offset", x_offset)?, offset("y_offset", y_offset)?)
+        }
+        DesktopAction::Click {
+            x,
+            y,
+            button,
+            num_clicks,
+            modifiers,
+            screenshot_id,
+        } => Resolved::Click {
+            at: at(x, y, screenshot_id)?,
+            button: button_named(button.as_deref())?,
+            count: num_clicks.unwrap_or(1),
+            modifiers: modifiers.unwrap_or_default(),
+        },
+        DesktopAction::MouseDown { button } => Resolved::Down(button_named(button.as_deref())?),
+        DesktopAction::MouseUp { button } => Resolved::Up(button_named(button.as_deref())?),
+        DesktopAction::RightClick { x, y, screenshot_id } => Resolved::Click {
+            at: at(x, y, screenshot_id)?,
+            button: Button::Right,
+            count: 1,
+            modifiers: Vec::new(),
+        },
+        DesktopAction::DoubleClick { x, y, screenshot_id } => Resolved::Click {
+            at: at(x, y, screenshot_id)?,
+            button: Button::Left,
+            count: 2,
+            modifiers: Vec::new(),
+        },
+        DesktopAction::TripleClick { x, y, screenshot_id } => Resolved::Click {
+            at: at(x, y, screenshot_id)?,
+            button: Button::Left,
+            count: 3,
+            modifiers: Vec::new(),
+        },
+        DesktopAction::DragTo {
+            x,
+            y,
+            button,
+            screenshot_id,
+        } => Resolved::DragFromPointer(
+            point(session, x, y, screenshot_id)?,
+            button_named(button.as_deref())?,
+            false,
+        ),
+        DesktopAction::DragRel { x_offset, y_offset } => Resolved::DragFromPointer(
+            (offset("x_offset", x_offset)?, offset("y_offset", y_offset)?),
+            Button::Left,
+            true,
+        ),
+        DesktopAction::DragPath {
+            path,
+            button,
+            screenshot_id,
+        } => {
+            if path.len() < 2 || path.len() > 10_000 {
+                return Err(ApiError::invalid(
+                    "path",
+                    format!("path needs between 2 and 10000 points, got {}", path.len()),
+                ));
+            }
+            let points = path
+                .iter()
+                .map(|[x, y]| point(session, *x, *y, screenshot_id))
+                .collect::<Result<Vec<_>, _>>()?;
+            Resolved::Drag(points, button_named(button.as_deref())?)
+        }
+        DesktopAction::Scroll {
+            dx,
+            dy,
+            x,
+            y,
+            unit,
+            screenshot_id,
+        } => {
+            match unit.as_deref() {
+                None | Some("notches") | Some("notch") => {}
+                Some(other) => {
+                    return Err(ApiError::invalid(
+                        "unit",
+                        format!("unit must be \"notches\" (wheel clicks), got {other:?}"),
+                    ));
+                }
+            }
+            Resolved::Scroll {
+                at: at(x, y, screenshot_id)?,
+                dx: dx.unwrap_or(0),
+                dy: dy.unwrap_or(0),
+            }
+        }
+        DesktopAction::Typing { text, use_clipboard } => {
+            if text.is_empty() {
+                return Err(ApiError::invalid("text", "text must not be empty"));
+            }
+            if text.len() > 100_000 {
+                return Err(ApiError::invalid("text", "text is longer than 100000 bytes"));
+            }
+            if use_clipboard == Some(true) {
+                Resolved::Paste(text)
+            } else {
+                Resolved::Type(text)
+            }
+        }
+        DesktopAction::Press { key } => Resolved::Press(key),
+        DesktopAction::KeyDown { key } => Resolved::KeyDown(key),
+        DesktopAction::KeyUp { key } => Resolved::KeyUp(key),
+        DesktopAction::Hotkey { keys } => {
+            if keys.is_empty() {
+                return Err(ApiError::invalid("keys", "keys must name at least one key"));
+            }
+            Resolved::Hotkey(keys)
+        }
+        DesktopAction::CursorPosition {} => Resolved::Nothing,
+        DesktopAction::Wait { .. } | DesktopAction::WaitSettled { .. } => Resolved::Nothing,
+    })
+}
+
+fn run(desktop: &desktop::Desktop, action: &Resolved) -> Result<(), DesktopError> {
+    match action {
+        Resolved::MoveTo(x, y) => desktop.move_to(*x, *y),
+        Resolved::MoveRel(dx, dy) => desktop.move_rel(*dx, *dy).map(drop),
+        Resolved::Click {
+            at,
+            button,
+            count,
+            modifiers,
+        } => {
+            if let Some((x, y)) = at {
+                desktop.move_to(*x, *y)?;
+            }
+            desktop.click(*button, *count, modifiers)
+        }
+        Resolved::Down(button) => desktop.button_down(*button),
+        Resolved::Up(button) => desktop.button_up(*button),
+        Resolved::Drag(path, button) => desktop.drag(path, *button),
+        Resolved::DragFromPointer(target, button, relative) => {
+            let start = desktop.cursor_position()?;
+            let end = if *relative {
+                (start.0 + target.0, start.1 + target.1)
+            } else {
+                *target
+            };
+            desktop.drag(&[start, end], *button)
+        }
+        Resolved::Scroll { at, dx, dy } => {
+            if let Some((x, y)) = at {
+                desktop.move_to(*x, *y)?;
+            }
+            desktop.scroll(*dx, *dy)
+        }
+        Resolved::Type(text) => desktop.type_text(text),
+        Resolved::Paste(text) => desktop.paste_text(text),
+        Resolved::Press(key) => desktop.press(key),
+        Resolved::KeyDown(key) => desktop.key_down(key),
+        Resolved::KeyUp(key) => desktop.key_up(key),
+        Resolved::Hotkey(keys) => desktop.hotkey(keys),
+        Resolved::Nothing => Ok(()),
+    }
+}
+
+/// A point in screen pixels: as given, or mapped from the named screenshot's pixels.
+fn point(
+    session: &DesktopSession,
+    x: f64,
+    y: f64,
+    screenshot_id: Option<u64>,
+) -> Result<(i32, i32), ApiError> {
+    for (axis, value) in [("x", x), ("y", y)] {
+        if !value.is_finite() || value.abs() > 1.0e6 {
+            return Err(ApiError::invalid(axis, format!("{axis} must be a finite coordinate")));
+        }
+    }
+    let (x, y) = match screenshot_id {
+        None => (x, y),
+        Some(id) => session
+            .transform(id)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "screenshot_id",
+                    format!("screenshot_id {id} is unknown or too old; take a new screenshot"),
+                )
+            })?
+            .to_screen(x, y),
+    };
+    Ok((x.round() as i32, y.round() as i32))
+}
+
+fn offset(field: &str, value: f64) -> Result<i32, ApiError> {
+    if !value.is_finite() || value.abs() > 100_000.0 {
+        return Err(ApiError::invalid(field, format!("{field} must be a finite offset")));
+    }
+    Ok(value.round() as i32)
+}
+
+fn button_named(name: Option<&str>) -> Result<Button, ApiError> {
+    match name {
+        None => Ok(Button::Left),
+        Some(name) => Button::from_name(name).ok_or_else(|| {
+            ApiError::invalid(
+                "button",
+                format!("button must be left, right or middle, got {name:?}"),
+            )
+        }),
+    }
+}
+
+/// Runs a blocking desktop call off the async workers and maps its error.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, DesktopError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result.map_err(desktop_error),
+        Err(error) => Err(ApiError::internal(format!("desktop call failed: {error}"))),
+    }
+}
+
+/// Maps a desktop error to an answer: bad input is a 422 naming the field, an unreachable
+/// display a 503.
+pub fn desktop_error(error: DesktopError) -> ApiError {
+    let message = error.to_string();
+    match error {
+        DesktopError::OutOfRange { axis, .. } => ApiError::invalid(axis, message),
+        DesktopError::KeyName(_) => ApiError::invalid("key", message),
+        DesktopError::ClickCount(_) => ApiError::invalid("num_clicks", message),
+        DesktopError::ScrollTooLong(_) => ApiError::invalid("dy", message),
+        DesktopError::DragPathTooShort(_) => ApiError::invalid("path", message),
+        DesktopError::Untypable(_)
+        | DesktopError::NoSpareKeycode { .. }
+        | DesktopError::ClipboardTooLarge { .. } => ApiError::invalid("text", message),
+        DesktopError::Connect { .. }
+        | DesktopError::NoScreen { .. }
+        | DesktopError::MissingExtension(_)
+        | DesktopError::X11 { .. } => {
+            ApiError::unavailable(format!("the X display is not available: {message}"))
+        }
+        _ => ApiError::internal(message),
+    }
+}

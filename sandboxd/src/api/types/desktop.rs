@@ -1,0 +1,176 @@
+//! Desktop (computer-use) wire types: the screenshot query and the actions, AIO's 16 action
+//! types plus the ones computer-use models need and AIO lacks.
+//!
+//! Coordinates are screen pixels, unless the action names the screenshot it was aimed at with
+//! `screenshot_id`: then they are pixels of that (possibly downscaled) image and sandboxd maps
+//! them back to the screen with the scale it recorded for that screenshot.
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// `GET /v1/browser/screenshot` query. With no parameters: the full screen as PNG.
+#[derive(Debug, Default, Deserialize, IntoParams, ToSchema, schemars::JsonSchema)]
+#[into_params(parameter_in = Query)]
+pub struct ScreenshotQuery {
+    /// `png` (default) or `jpeg`.
+    pub format: Option<String>,
+    /// JPEG quality, 1-100 (default 80).
+    pub quality: Option<u8>,
+    /// Downscale (keeping the aspect ratio) to fit this width; the scale is reported.
+    pub max_width: Option<u32>,
+    /// Downscale (keeping the aspect ratio) to fit this height; the scale is reported.
+    pub max_height: Option<u32>,
+}
+
+/// A point `[x, y]` of a drag path.
+pub type PathPoint = [f64; 2];
+
+/// One desktop action, tagged by `action_type`.
+#[derive(Debug, Clone, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(tag = "action_type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DesktopAction {
+    /// Move the pointer to (x, y).
+    MoveTo {
+        x: f64,
+        y: f64,
+        screenshot_id: Option<u64>,
+    },
+    /// Move the pointer by an offset.
+    MoveRel { x_offset: f64, y_offset: f64 },
+    /// Click (at x, y if given, else where the pointer is). `num_clicks` 1-3; `modifiers` are
+    /// key names held during the click (`ctrl`, `shift`, `alt`, `super`).
+    Click {
+        x: Option<f64>,
+        y: Option<f64>,
+        button: Option<String>,
+        num_clicks: Option<u32>,
+        modifiers: Option<Vec<String>>,
+        screenshot_id: Option<u64>,
+    },
+    MouseDown { button: Option<String> },
+    MouseUp { button: Option<String> },
+    RightClick {
+        x: Option<f64>,
+        y: Option<f64>,
+        screenshot_id: Option<u64>,
+    },
+    DoubleClick {
+        x: Option<f64>,
+        y: Option<f64>,
+        screenshot_id: Option<u64>,
+    },
+    TripleClick {
+        x: Option<f64>,
+        y: Option<f64>,
+        screenshot_id: Option<u64>,
+    },
+    /// Press at the pointer, move to (x, y), release.
+    DragTo {
+        x: f64,
+        y: f64,
+        button: Option<String>,
+        screenshot_id: Option<u64>,
+    },
+    /// Press at the pointer, move by the offset, release.
+    DragRel { x_offset: f64, y_offset: f64 },
+    /// Move to the first point, press once, move through every point, release once at the last.
+    DragPath {
+        path: Vec<PathPoint>,
+        button: Option<String>,
+        screenshot_id: Option<u64>,
+    },
+    /// Scroll in wheel notches (`unit` must be `notches`, the default): positive `dy` scrolls
+    /// down, positive `dx` right. At (x, y) if given.
+    Scroll {
+        dx: Option<i32>,
+        dy: Option<i32>,
+        x: Option<f64>,
+        y: Option<f64>,
+        unit: Option<String>,
+        screenshot_id: Option<u64>,
+    },
+    /// Type text (any Unicode). `use_clipboard: true` pastes it with ctrl+v instead.
+    Typing {
+        text: String,
+        use_clipboard: Option<bool>,
+    },
+    /// Press and release a key or a combination (`ctrl+shift+t`).
+    Press { key: String },
+    KeyDown { key: String },
+    KeyUp { key: String },
+    /// Press keys together, in order, then release them in reverse.
+    Hotkey { keys: Vec<String> },
+    /// Sleep for `duration` seconds (at most 60).
+    Wait { duration: f64 },
+    /// Report where the pointer is.
+    CursorPosition {},
+    /// Wait until the screen stops changing for `quiet_ms` (default 300), at most
+    /// `timeout_ms` (default 5000, at most 60000).
+    WaitSettled {
+        quiet_ms: Option<u64>,
+        timeout_ms: Option<u64>,
+    },
+}
+
+impl DesktopAction {
+    /// The action's `action_type`, as sent.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DesktopAction::MoveTo { .. } => "MOVE_TO",
+            DesktopAction::MoveRel { .. } => "MOVE_REL",
+            DesktopAction::Click { .. } => "CLICK",
+            DesktopAction::MouseDown { .. } => "MOUSE_DOWN",
+            DesktopAction::MouseUp { .. } => "MOUSE_UP",
+            DesktopAction::RightClick { .. } => "RIGHT_CLICK",
+            DesktopAction::DoubleClick { .. } => "DOUBLE_CLICK",
+            DesktopAction::TripleClick { .. } => "TRIPLE_CLICK",
+            DesktopAction::DragTo { .. } => "DRAG_TO",
+            DesktopAction::DragRel { .. } => "DRAG_REL",
+            DesktopAction::DragPath { .. } => "DRAG_PATH",
+            DesktopAction::Scroll { .. } => "SCROLL",
+            DesktopAction::Typing { .. } => "TYPING",
+            DesktopAction::Press { .. } => "PRESS",
+            DesktopAction::KeyDown { .. } => "KEY_DOWN",
+            DesktopAction::KeyUp { .. } => "KEY_UP",
+            DesktopAction::Hotkey { .. } => "HOTKEY",
+            DesktopAction::Wait { .. } => "WAIT",
+            DesktopAction::CursorPosition {} => "CURSOR_POSITION",
+            DesktopAction::WaitSettled { .. } => "WAIT_SETTLED",
+        }
+    }
+}
+
+/// What an action did. `status` is always `"success"` (AIO's SDK accepts no other value);
+/// failures are error answers instead.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActionData {
+    pub status: &'static str,
+    pub action_performed: String,
+    /// The pointer position after the action, in screen pixels.
+    pub cursor: Option<CursorPosition>,
+    /// For `WAIT_SETTLED`.
+    pub settle: Option<SettleInfo>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct CursorPosition {
+    pub x: i32,
+    pub y: i32,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SettleInfo {
+    pub settled: bool,
+    pub waited_ms: u64,
+    pub frames: u32,
+}
+
+/// `POST /v1/browser/actions` answer: AIO's envelope plus its legacy top-level fields.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ActionResponse {
+    pub success: bool,
+    pub message: String,
+    pub data: ActionData,
+    pub status: &'static str,
+    pub action_performed: String,
+}
