@@ -9,6 +9,7 @@
 //! - [`pid1`]: reaping scope and termination signals.
 //! - [`activity`]: API activity and the idle dead-man switch.
 //! - [`api`]: the HTTP routes (the only module that knows HTTP).
+//! - [`shell`]: shell sessions, their commands, and interactive terminals.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`logging`]: tracing setup.
 
@@ -17,6 +18,7 @@ pub mod api;
 pub mod config;
 pub mod logging;
 pub mod pid1;
+pub mod shell;
 pub mod system_info;
 
 use std::sync::Arc;
@@ -70,6 +72,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let activity = Activity::new();
     let settings = Arc::new(settings);
     let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone());
+    let shell = state.shell.clone();
     let app = api::router(state);
 
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
@@ -103,6 +106,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }
     }
 
+    shell.shutdown().await;
     supervisor.shutdown().await;
     let _ = stop_http_tx.send(());
     if tokio::time::timeout(HTTP_DRAIN, server).await.is_err() {

@@ -15,6 +15,7 @@ pub mod health;
 pub mod openapi;
 pub mod processes;
 pub mod sandbox;
+pub mod shell;
 pub mod types;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::activity::Activity;
 use crate::config::Settings;
+use crate::shell::{Shell, ShellConfig};
 use error::ApiError;
 
 /// Largest JSON body any route accepts unless it sets its own limit (uploads do).
@@ -41,6 +43,7 @@ pub struct AppState {
     pub supervisor: Arc<Supervisor>,
     pub settings: Arc<Settings>,
     pub activity: Arc<Activity>,
+    pub shell: Arc<Shell>,
     request_ids: Arc<AtomicU64>,
 }
 
@@ -50,12 +53,23 @@ impl AppState {
         settings: Arc<Settings>,
         activity: Arc<Activity>,
     ) -> Self {
+        let shell = Arc::new(Shell::new(
+            ShellConfig::from_settings(&settings),
+            activity.clone(),
+        ));
         Self {
             supervisor,
             settings,
             activity,
+            shell,
             request_ids: Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    /// Replaces the shell (tests use their own limits and user).
+    pub fn with_shell(mut self, shell: Arc<Shell>) -> Self {
+        self.shell = shell;
+        self
     }
 }
 
@@ -65,6 +79,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(health::protected_routes())
         .merge(processes::routes())
         .merge(sandbox::routes())
+        .merge(shell::routes())
 }
 
 /// The generated OpenAPI document of the whole API.

@@ -9,8 +9,10 @@ pub mod common;
 pub mod health;
 pub mod processes;
 pub mod sandbox;
+pub mod shell;
 
 pub use common::*;
 pub use health::*;
 pub use processes::*;
 pub use sandbox::*;
+pub use shell::*;

@@ -1,0 +1,447 @@
+//! One command of a shell session, from spawn to exit.
+//!
+//! The command runs as `bash -c <wrapper> bash COMMAND STATE_DIR START_DIR MODE` (see
+//! `wrapper.bash`): the command is an argument, never part of a script string. bash leads a new
+//! session and process group; stdout and stderr share one pipe, so their lines stay in order;
+//! stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
+//! bounded [`OutputBuffer`], enforces the hard timeout and publishes the [`Outcome`] once bash
+//! has been reaped. Background processes the command leaves behind keep running, like in any
+//! shell; their later output is still read (and bounded) until they close the pipe.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use supervisor::ExitStatus;
+use supervisor::process::Identity;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::output::{OutputBuffer, RenderedOutput};
+use super::procs;
+use crate::activity::ActivityGuard;
+
+/// The fixed script every command runs inside.
+const WRAPPER: &str = include_str!("wrapper.bash");
+/// The shell.
+pub const BASH: &str = "/bin/bash";
+/// How long a write to a command's stdin may block before the command counts as not reading.
+const INPUT_WRITE_LIMIT: Duration = Duration::from_secs(5);
+/// Environment variables no command may inherit from sandboxd.
+const WITHHELD_VARS: &[&str] = &["SANDBOX_API_KEY", "SANDBOX_API_KEY_FILE"];
+/// Set for a session's first command (later ones inherit the session's saved environment):
+/// output goes to a pipe, so no colours, no pagers waiting for a key, no buffered Python.
+const FIRST_COMMAND_ENV: &[(&str, &str)] = &[
+    ("TERM", "dumb"),
+    ("NO_COLOR", "1"),
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+    ("PYTHONUNBUFFERED", "1"),
+    ("DEBIAN_FRONTEND", "noninteractive"),
+];
+
+/// Where a command is: running, or how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandStatus {
+    Running,
+    /// It exited by itself (with any exit code).
+    Completed,
+    /// Still running, but its output did not change for the no-change timeout.
+    NoChangeTimeout,
+    /// Its hard timeout ended it.
+    HardTimeout,
+    /// It was killed on request (or because sandboxd is stopping).
+    Terminated,
+}
+
+/// Why sandboxd ended a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    HardTimeout,
+    Killed,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub status: CommandStatus,
+    /// The exit code, or 128 + the signal that ended it.
+    pub exit_code: i32,
+    /// The working directory it left behind (None when it did not get to save it).
+    pub cwd_after: Option<PathBuf>,
+}
+
+/// How [`Job::wait`] returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitEnd {
+    Finished(Outcome),
+    /// The time limit passed; the command still runs.
+    TimedOut,
+    /// No new output for the no-change timeout; the command still runs.
+    NoChange,
+}
+
+/// What to run and how.
+#[derive(Debug)]
+pub struct JobSpec {
+    pub command: String,
+    /// The session's state directory (saved environment and working directory).
+    pub state_dir: PathBuf,
+    pub start_dir: PathBuf,
+    /// Resolve symlinks in the working directory (`pwd -P`) rather than keep them.
+    pub physical: bool,
+    /// Drop to this user (set only when sandboxd runs as root).
+    pub identity: Option<Identity>,
+    pub hard_timeout: Option<Duration>,
+    pub output_limit: usize,
+    /// Grace between SIGTERM and SIGKILL when stopping.
+    pub stop_grace: Duration,
+    /// The prompt shown in front of the command in console records.
+    pub ps1: String,
+}
+
+/// A running or finished command.
+#[derive(Debug)]
+pub struct Job {
+    command: String,
+    ps1: String,
+    /// bash's pid: also the id of the process group and session the command runs in.
+    pid: i32,
+    stop_grace: Duration,
+    output: Mutex<OutputBuffer>,
+    /// Bytes of output received so far; waiters watch it for the no-change timeout.
+    output_seen: watch::Sender<u64>,
+    outcome: watch::Sender<Option<Outcome>>,
+    stop_reason: Mutex<Option<StopReason>>,
+    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+}
+
+/// Errors of writing to a command's input.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("the command has finished; its input is closed")]
+    Closed,
+    #[error("the command is not reading its input (nothing was accepted for {0:?})")]
+    Blocked(Duration),
+    #[error("writing to the command's input: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl Job {
+    /// Starts `spec`'s command. `activity` is held until bash exits. Must be called within the
+    /// Tokio runtime.
+    pub fn spawn(spec: JobSpec, activity: ActivityGuard) -> io::Result<Arc<Job>> {
+        let (reader, writer) = io::pipe()?;
+        let mut command = Command::new(BASH);
+        command
+            .arg("-c")
+            .arg(WRAPPER)
+            .arg("bash")
+            .arg(&spec.command)
+            .arg(&spec.state_dir)
+            .arg(&spec.start_dir)
+            .arg(if spec.physical { "physical" } else { "logical" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(writer.try_clone()?))
+            .stderr(Stdio::from(writer))
+            // bash changes to START_DIR itself; "/" always exists and is always searchable.
+            .current_dir("/");
+        apply_environment(&mut command, &spec.state_dir, spec.identity.as_ref());
+        if let Some(identity) = &spec.identity {
+            command.uid(identity.uid).gid(identity.gid);
+        }
+        supervisor::process::new_session(&mut command);
+        let spawned = supervisor::reaper().spawn(&mut command)?;
+        // Close our copies of the pipe's write end, so the reader sees EOF once the command's
+        // processes have all closed theirs.
+        drop(command);
+        let mut child = spawned.child;
+        let stdin = match child.stdin.take() {
+            Some(stdin) => Some(pipe::Sender::from_owned_fd(OwnedFd::from(stdin))?),
+            None => None,
+        };
+        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
+        let job = Arc::new(Job {
+            command: spec.command,
+            ps1: spec.ps1,
+            pid: spawned.pid,
+            stop_grace: spec.stop_grace,
+            output: Mutex::new(OutputBuffer::new(spec.output_limit)),
+            output_seen: watch::Sender::new(0),
+            outcome: watch::Sender::new(None),
+            stop_reason: Mutex::new(None),
+            stdin: tokio::sync::Mutex::new(stdin),
+        });
+        tracing::debug!(pid = job.pid, "shell command started");
+        tokio::spawn(supervise(
+            job.clone(),
+            output,
+            spawned.exit,
+            spec.hard_timeout,
+            spec.state_dir,
+            activity,
+        ));
+        Ok(job)
+    }
+
+    pub fn command(&self) -> &str {
+        &self.command
+    }
+
+    pub fn ps1(&self) -> &str {
+        &self.ps1
+    }
+
+    /// bash's pid, which is also the command's process group and session id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// How it ended, or None while it runs.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.outcome.borrow().clone()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.outcome.borrow().is_none()
+    }
+
+    pub fn status(&self) -> CommandStatus {
+        self.outcome()
+            .map(|o| o.status)
+            .unwrap_or(CommandStatus::Running)
+    }
+
+    /// The output so far, as text.
+    pub fn output(&self, max_chars: Option<usize>) -> RenderedOutput {
+        self.lock_output().render(max_chars)
+    }
+
+    /// Waits until the command finishes, `limit` passes, or its output stays unchanged for
+    /// `no_change`.
+    pub async fn wait(&self, limit: Option<Duration>, no_change: Option<Duration>) -> WaitEnd {
+        let mut outcome = self.outcome.subscribe();
+        let mut seen = self.output_seen.subscribe();
+        let deadline = limit.map(|d| Instant::now() + d);
+        let mut quiet_until = no_change.map(|d| Instant::now() + d);
+        loop {
+            if let Some(done) = outcome.borrow_and_update().clone() {
+                return WaitEnd::Finished(done);
+            }
+            tokio::select! {
+                changed = outcome.changed() => {
+                    if changed.is_err() {
+                        // The job is dropped while we hold it: cannot happen; end the wait.
+                        return WaitEnd::TimedOut;
+                    }
+                }
+                changed = seen.changed() => {
+                    if changed.is_ok() {
+                        quiet_until = no_change.map(|d| Instant::now() + d);
+                    }
+                }
+                () = sleep_until(deadline) => return WaitEnd::TimedOut,
+                () = sleep_until(quiet_until) => return WaitEnd::NoChange,
+            }
+        }
+    }
+
+    /// Writes `input` to the command's stdin.
+    pub async fn write_input(&self, input: &[u8]) -> Result<(), InputError> {
+        let mut stdin = self.stdin.lock().await;
+        let pipe = stdin.as_mut().ok_or(InputError::Closed)?;
+        if !self.is_running() {
+            return Err(InputError::Closed);
+        }
+        match tokio::time::timeout(INPUT_WRITE_LIMIT, pipe.write_all(input)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) if error.kind() == io::ErrorKind::BrokenPipe => Err(InputError::Closed),
+            Ok(Err(error)) => Err(error.into()),
+            Err(_) => Err(InputError::Blocked(INPUT_WRITE_LIMIT)),
+        }
+    }
+
+    /// Ends the command and every process of its session: SIGTERM, the grace period, then
+    /// SIGKILL. Returns once bash has been reaped (or a bounded wait has passed).
+    pub async fn stop(&self, reason: StopReason) {
+        if !self.is_running() {
+            return;
+        }
+        {
+            let mut current = self.lock_reason();
+            if current.is_none() {
+                *current = Some(reason);
+            }
+        }
+        let (pid, grace) = (self.pid, self.stop_grace);
+        let stopped = tokio::task::spawn_blocking(move || {
+            procs::terminate_session(pid, Signal::SIGTERM, grace)
+        })
+        .await;
+        if let Err(error) = stopped {
+            tracing::error!(%error, "stopping a shell command panicked");
+        }
+        let mut outcome = self.outcome.subscribe();
+        let done = tokio::time::timeout(Duration::from_secs(5), async {
+            while outcome.borrow_and_update().is_none() {
+                if outcome.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+        if done.is_err() {
+            tracing::warn!(pid, "stopped shell command was not reaped in time");
+        }
+    }
+
+    fn append_output(&self, bytes: &[u8]) {
+        let total = {
+            let mut output = self.lock_output();
+            output.push(bytes);
+            output.total_bytes()
+        };
+        self.output_seen.send_replace(total);
+    }
+
+    fn lock_output(&self) -> MutexGuard<'_, OutputBuffer> {
+        // Pushing and rendering cannot leave the buffer half-updated, so a poisoned lock (a
+        // panic elsewhere while holding it) still guards a consistent buffer.
+        self.output.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_reason(&self) -> MutexGuard<'_, Option<StopReason>> {
+        // Plain value: consistent even if poisoned.
+        self.stop_reason.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The first command of a session inherits sandboxd's environment (secrets are long gone, and
+/// withheld again here); later ones start from an empty environment and source the one the
+/// session saved, so that `unset` sticks too.
+fn apply_environment(command: &mut Command, state_dir: &Path, identity: Option<&Identity>) {
+    let saved = std::fs::metadata(state_dir.join("env")).is_ok_and(|m| m.len() > 0);
+    if saved {
+        command.env_clear();
+        return;
+    }
+    for name in WITHHELD_VARS {
+        command.env_remove(name);
+    }
+    for (name, value) in FIRST_COMMAND_ENV {
+        command.env(name, value);
+    }
+    if let Some(identity) = identity {
+        command
+            .env("HOME", &identity.home)
+            .env("USER", &identity.user)
+            .env("LOGNAME", &identity.user)
+            .env("SHELL", BASH);
+    }
+}
+
+/// The task that owns a job's output pipe and exit status.
+async fn supervise(
+    job: Arc<Job>,
+    mut output: pipe::Receiver,
+    mut exit: tokio::sync::oneshot::Receiver<ExitStatus>,
+    hard_timeout: Option<Duration>,
+    state_dir: PathBuf,
+    activity: ActivityGuard,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut eof = false;
+    let hard_deadline = hard_timeout.map(|d| Instant::now() + d);
+    let mut hard_fired = false;
+    let status = loop {
+        tokio::select! {
+            read = output.read(&mut buf), if !eof => match read {
+                Ok(0) => eof = true,
+                Ok(n) => job.append_output(&buf[..n]),
+                Err(error) => {
+                    tracing::warn!(pid = job.pid, %error, "reading shell command output");
+                    eof = true;
+                }
+            },
+            status = &mut exit => break status.ok(),
+            () = sleep_until(hard_deadline), if !hard_fired => {
+                hard_fired = true;
+                tracing::info!(pid = job.pid, "shell command reached its hard timeout");
+                let job = job.clone();
+                tokio::spawn(async move { job.stop(StopReason::HardTimeout).await });
+            }
+        }
+    };
+    // Everything bash and its foreground children wrote is in the pipe by now: take it before
+    // publishing the outcome. (A direct non-blocking read: Tokio's readiness may be stale.)
+    while !eof {
+        match nix::unistd::read(output.as_fd(), &mut buf) {
+            Ok(0) => eof = true,
+            Ok(n) => job.append_output(&buf[..n]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break, // EAGAIN: nothing more for now
+        }
+    }
+    let exit_code = status.map(ExitStatus::as_shell_code).unwrap_or(-1);
+    let reason = *job.lock_reason();
+    let outcome = match reason {
+        Some(StopReason::HardTimeout) => Outcome {
+            status: CommandStatus::HardTimeout,
+            exit_code,
+            cwd_after: None,
+        },
+        Some(StopReason::Killed) => Outcome {
+            status: CommandStatus::Terminated,
+            exit_code,
+            cwd_after: None,
+        },
+        None => Outcome {
+            status: CommandStatus::Completed,
+            exit_code,
+            cwd_after: take_saved_state(&state_dir),
+        },
+    };
+    // No more input: close stdin (background readers see EOF).
+    job.stdin.lock().await.take();
+    tracing::debug!(pid = job.pid, exit_code, "shell command finished");
+    job.outcome.send_replace(Some(outcome));
+    drop(activity);
+    // Background processes may still hold the pipe: keep reading (into the bounded buffer) so
+    // they never block on a full pipe.
+    while !eof {
+        match output.read(&mut buf).await {
+            Ok(0) | Err(_) => eof = true,
+            Ok(n) => job.append_output(&buf[..n]),
+        }
+    }
+}
+
+/// Makes the environment the command saved the session's, and returns the working directory
+/// it saved. A command killed before saving leaves the previous state in place.
+fn take_saved_state(state_dir: &Path) -> Option<PathBuf> {
+    let env_next = state_dir.join("env.next");
+    if env_next.exists()
+        && let Err(error) = std::fs::rename(&env_next, state_dir.join("env"))
+    {
+        tracing::warn!(%error, dir = %state_dir.display(), "cannot keep the shell session's environment");
+    }
+    let cwd_next = state_dir.join("cwd.next");
+    let cwd = std::fs::read_to_string(&cwd_next).ok()?;
+    let _ = std::fs::remove_file(&cwd_next);
+    let cwd = cwd.strip_suffix('\n').unwrap_or(&cwd);
+    (!cwd.is_empty() && cwd.starts_with('/')).then(|| PathBuf::from(cwd))
+}
