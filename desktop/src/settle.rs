@@ -23,9 +23,10 @@ pub struct SettleReport {
 }
 
 impl Desktop {
-    /// Returns once the screen has not changed for `quiet`, or when `timeout` has passed,
-    /// whichever comes first. The screen is captured every `quiet / 5` (between 5 and 50 ms).
-    /// Blocks the calling thread: from async code, call it through `spawn_blocking`.
+    /// Returns once the screen has not changed for `quiet` (confirmed by at least two
+    /// captures), or when `timeout` has passed, whichever comes first. The screen is captured
+    /// every `quiet / 5` (between 5 and 50 ms). Blocks the calling thread: from async code, call
+    /// it through `spawn_blocking`.
     pub fn wait_until_settled(
         &self,
         quiet: Duration,
@@ -40,14 +41,17 @@ impl Desktop {
             let now = Instant::now();
             let quiet_at = last_change + quiet;
             let timeout_at = start + timeout;
-            if now >= quiet_at || now >= timeout_at {
+            // Settled needs a second frame that matches, however slow the first capture was.
+            let settled = frames >= 2 && now >= quiet_at;
+            if settled || now >= timeout_at {
                 return Ok(SettleReport {
-                    settled: now >= quiet_at,
+                    settled,
                     waited: now - start,
                     frames,
                 });
             }
-            std::thread::sleep(poll.min(quiet_at.min(timeout_at) - now));
+            let until = quiet_at.min(timeout_at);
+            std::thread::sleep(poll.min(until.saturating_duration_since(now)));
             let captured_at = Instant::now();
             let fingerprint = self.capture()?.fingerprint();
             frames += 1;

@@ -123,7 +123,8 @@ fn a_static_screen_settles_quickly() -> Result<()> {
     let report = desktop.wait_until_settled(Duration::from_millis(200), Duration::from_secs(5))?;
     assert!(report.settled, "{report:?}");
     assert!(report.waited >= Duration::from_millis(200), "{report:?}");
-    assert!(report.waited < Duration::from_millis(600), "{report:?}");
+    // Well before the timeout (loose, for loaded machines).
+    assert!(report.waited < Duration::from_secs(2), "{report:?}");
     assert!(report.frames >= 2, "{report:?}");
     Ok(())
 }
@@ -144,19 +145,25 @@ fn a_repainting_screen_does_not_settle_before_the_timeout() -> Result<()> {
                 client.change_window_attributes(window, &aux)?;
                 client.clear_area(false, window, 0, 0, 0, 0)?;
                 client.flush()?;
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(10));
             }
             Ok(())
         }
     });
     let desktop = Desktop::connect(&xvfb.display)?;
-    let report = desktop.wait_until_settled(Duration::from_millis(200), Duration::from_secs(1));
+    // The painter changes the screen every 10 ms; the quiet period is long enough that a
+    // painter starved by a loaded machine does not let the screen look settled.
+    let timeout = Duration::from_millis(1500);
+    let report = desktop.wait_until_settled(Duration::from_millis(400), timeout);
     stop.store(true, Ordering::Relaxed);
     painter.join().expect("painter thread")?;
     let report = report?;
     assert!(!report.settled, "{report:?}");
-    assert!(report.waited >= Duration::from_secs(1), "{report:?}");
-    assert!(report.waited < Duration::from_millis(1300), "{report:?}");
+    assert!(report.waited >= timeout, "{report:?}");
+    assert!(
+        report.waited < timeout + Duration::from_secs(1),
+        "{report:?}"
+    );
     assert!(report.frames >= 5, "{report:?}");
     Ok(())
 }
