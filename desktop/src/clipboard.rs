@@ -92,7 +92,10 @@ impl ClipboardOwner {
                 let (conn, text) = (Arc::clone(&conn), Arc::clone(&text));
                 move || serve(&conn, window, atoms, &text)
             })
-            .map_err(DesktopError::ClipboardThread)?;
+            .map_err(|source| DesktopError::Thread {
+                name: "clipboard",
+                source,
+            })?;
         Ok(ClipboardOwner {
             conn,
             window,

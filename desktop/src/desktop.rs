@@ -4,7 +4,8 @@
 //! (waiting for a still screen), `pointer` (mouse), `keyboard` (keys and typing) and `clipboard`
 //! (pasting through the CLIPBOARD selection).
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
 
 use x11rb::connection::{Connection, RequestConnection};
 use x11rb::protocol::xproto::{ConnectionExt as _, Window};
@@ -14,7 +15,8 @@ use x11rb::rust_connection::RustConnection;
 use crate::capture::Capturer;
 use crate::clipboard::ClipboardOwner;
 use crate::error::{DesktopError, StepExt};
-use crate::input::InputState;
+use crate::input::InputShared;
+use crate::remap;
 
 /// An X display, in-process: screen capture and input injection.
 ///
@@ -25,18 +27,23 @@ use crate::input::InputState;
 /// Every method blocks on round trips to the X server. Most take microseconds to a few
 /// milliseconds (a capture of 1280x800 takes a few milliseconds), so async callers may call them
 /// directly; [`Desktop::wait_until_settled`] sleeps up to its timeout, and typing text that needs
-/// keyboard remapping waits about [`crate::REMAP_GRACE`], so call those through
-/// `tokio::task::spawn_blocking` (or `block_in_place`).
+/// keyboard remapping may wait up to [`crate::REMAP_LINGER`] when it runs out of spare keycodes,
+/// so call those through `tokio::task::spawn_blocking` (or `block_in_place`).
+///
+/// Dropping a `Desktop` releases the keys and buttons it holds and restores remapped keycodes,
+/// waiting for their linger time if needed.
 pub struct Desktop {
-    pub(crate) conn: RustConnection,
+    /// Shared with the remap restorer thread.
+    pub(crate) conn: Arc<RustConnection>,
     pub(crate) root: Window,
     /// The display name, for the clipboard thread's own connection.
     pub(crate) display: String,
     /// The MIT-SHM segment reused between captures; locked for the duration of one capture.
     pub(crate) capturer: Mutex<Capturer>,
-    /// What this process holds down or has remapped; locked for the duration of one input
-    /// operation, which serialises input.
-    pub(crate) input: Mutex<InputState>,
+    /// What this process holds down or has remapped, shared with the remap restorer thread.
+    pub(crate) input: Arc<InputShared>,
+    /// The thread restoring remapped keycodes once they stop lingering.
+    restorer: Option<JoinHandle<()>>,
     /// The CLIPBOARD owner, started by the first paste.
     pub(crate) clipboard: Mutex<Option<ClipboardOwner>>,
 }
@@ -79,12 +86,25 @@ impl Desktop {
             .step(STEP)?
             .reply()
             .step(STEP)?;
+        let conn = Arc::new(conn);
+        let input = Arc::new(InputShared::default());
+        let restorer = std::thread::Builder::new()
+            .name("desktop-remap-restorer".into())
+            .spawn({
+                let (conn, input) = (Arc::clone(&conn), Arc::clone(&input));
+                move || remap::run_restorer(conn, input)
+            })
+            .map_err(|source| DesktopError::Thread {
+                name: "remap restorer",
+                source,
+            })?;
         Ok(Desktop {
             conn,
             root,
             display: display.to_owned(),
             capturer: Mutex::new(Capturer::default()),
-            input: Mutex::new(InputState::default()),
+            input,
+            restorer: Some(restorer),
             clipboard: Mutex::new(None),
         })
     }
@@ -116,6 +136,14 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Drop for Desktop {
     fn drop(&mut self) {
         self.release_everything();
+        lock(&self.input.state).closing = true;
+        self.input.wake.notify_all();
+        if let Some(restorer) = self.restorer.take()
+            && restorer.join().is_err()
+        {
+            tracing::warn!("the remap restorer thread panicked");
+        }
+        remap::restore_all(&self.conn, &mut lock(&self.input.state));
         // Stops the clipboard thread.
         drop(lock(&self.clipboard).take());
         // The server frees the MIT-SHM segment when the connection closes.

@@ -91,9 +91,13 @@ pub enum DesktopError {
     /// Another client kept the CLIPBOARD selection.
     #[error("could not take ownership of the CLIPBOARD selection")]
     ClipboardNotOwned,
-    /// The clipboard thread could not be started.
-    #[error("starting the clipboard thread")]
-    ClipboardThread(#[source] std::io::Error),
+    /// A helper thread (the clipboard owner, the remap restorer) could not be started.
+    #[error("starting the {name} thread")]
+    Thread {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Attaches the name of a step to an x11rb error.

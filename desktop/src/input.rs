@@ -1,7 +1,8 @@
 //! XTEST injection primitives shared by the pointer and the keyboard: fake events, what this
 //! process holds down, and the round trip that makes an effect visible before a call returns.
 
-use std::sync::MutexGuard;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use x11rb::connection::Connection;
 use x11rb::protocol::Event;
@@ -14,6 +15,16 @@ use x11rb::protocol::xtest::ConnectionExt as _;
 use crate::desktop::{Desktop, lock};
 use crate::error::{DesktopError, StepExt};
 use crate::keys::Keysym;
+use crate::remap::{Lingering, Remap};
+
+/// The input state and the condition variable that wakes the remap restorer.
+#[derive(Debug, Default)]
+pub(crate) struct InputShared {
+    /// Locked for the duration of one input operation, which serialises input.
+    pub state: Mutex<InputState>,
+    /// Notified when keycodes start lingering and when the desktop closes.
+    pub wake: Condvar,
+}
 
 /// What this process holds down or has remapped between input calls.
 #[derive(Debug, Default)]
@@ -22,8 +33,12 @@ pub(crate) struct InputState {
     pub held_keys: Vec<HeldKey>,
     /// Buttons pressed by `button_down` and not yet released.
     pub held_buttons: Vec<u8>,
-    /// Spare keycodes remapped for a held key; restored when the key is released.
+    /// Remapped keycodes of held keys; they start lingering when the key is released.
     pub pinned_remaps: Vec<Remap>,
+    /// Remapped keycodes waiting for their linger time before the restorer puts them back.
+    pub lingering: Vec<Lingering>,
+    /// Set when the desktop closes, to stop the restorer.
+    pub closing: bool,
 }
 
 /// A key held down by `key_down`.
@@ -35,16 +50,9 @@ pub(crate) struct HeldKey {
     pub shift_keycode: Option<u8>,
 }
 
-/// A keycode whose mapping this process changed, with the row to put back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Remap {
-    pub keycode: u8,
-    pub original: Vec<Keysym>,
-}
-
 impl Desktop {
     pub(crate) fn input_state(&self) -> MutexGuard<'_, InputState> {
-        lock(&self.input)
+        lock(&self.input.state)
     }
 
     fn fake(
@@ -123,8 +131,8 @@ impl Desktop {
         }
     }
 
-    /// Releases every key and button this process holds and restores pinned remaps. Best
-    /// effort, for shutdown: errors are logged, not returned.
+    /// Releases every key and button this process holds; their remapped keycodes start
+    /// lingering. Best effort, for shutdown: errors are logged, not returned.
     pub(crate) fn release_everything(&self) {
         let mut state = self.input_state();
         let step = "releasing held keys and buttons";
@@ -138,10 +146,14 @@ impl Desktop {
                 result = result.and(self.fake_key(shift, false, step));
             }
         }
+        result = result.and(self.sync(step));
+        let now = Instant::now();
         for remap in std::mem::take(&mut state.pinned_remaps) {
-            result = result.and(self.restore_rows(&[remap], step));
+            state.lingering.push(Lingering {
+                remap,
+                last_used: now,
+            });
         }
-        result = result.and(self.conn.flush().step(step));
         if let Err(error) = result {
             tracing::warn!(%error, "could not release everything held on the X display");
         }

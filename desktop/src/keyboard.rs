@@ -2,31 +2,23 @@
 //!
 //! Each operation reads the current keyboard mapping, so a layout change (setxkbmap) is honoured
 //! at once. A keysym the mapping lacks (`é` on a US layout, `世`) is mapped onto a spare keycode
-//! (one with no keysyms) with ChangeKeyboardMapping, pressed, and the keycode is put back to
-//! nothing at the end of the operation.
-//!
-//! The remapping race: a client translates a keycode with the mapping it fetched after the last
-//! MappingNotify it processed. If the mapping were restored before a slow client had processed
-//! the key event, the client would read the restored mapping and see nothing. So a text's
-//! missing keysyms are mapped together before its first key event, and the restore waits for a
-//! round trip plus [`REMAP_GRACE`] after the last one. A keycode is never given a second keysym
-//! within one text without the same wait; when a text needs more distinct missing keysyms than
-//! there are spare keycodes, it is typed in segments separated by that wait.
+//! (one with no keysyms) with ChangeKeyboardMapping before the first key event that needs it;
+//! the `remap` module restores it once no client can still need it. A text's missing keysyms are
+//! mapped together, one request per run of consecutive keycodes; a text with more distinct
+//! missing keysyms than there are spare keycodes is typed in segments, each waiting for the
+//! keycodes of the previous one to stop lingering.
 
 use std::sync::MutexGuard;
-use std::time::Duration;
+use std::time::Instant;
 
 use x11rb::protocol::xproto::{ConnectionExt as _, KeyButMask};
 
 use crate::desktop::Desktop;
 use crate::error::{DesktopError, StepExt};
-use crate::input::{HeldKey, InputState, Remap};
+use crate::input::{HeldKey, InputState};
 use crate::keymap::{Keymap, Stroke};
 use crate::keys::{self, Keysym, sym};
-
-/// How long a remapped keycode keeps its temporary keysym after its last key event (and a round
-/// trip), so clients have processed the event before the mapping is restored.
-pub const REMAP_GRACE: Duration = Duration::from_millis(100);
+use crate::remap::{self, Lingering, Remap};
 
 impl Desktop {
     /// Presses and releases keys given as xdotool's `key` takes them: one chord (`Return`,
@@ -44,7 +36,7 @@ impl Desktop {
 
     /// Presses a list of keys together and releases them in reverse order (OpenAI CUA
     /// `keypress`, AIO `HOTKEY`): `["ctrl", "shift", "t"]`.
-    pub fn hotkey<S: AsRef<str>>(&self, names: &[S]) -> Result<(), DesktopError> {
+    pub fn hotkey(&self, names: &[&str]) -> Result<(), DesktopError> {
         let chord = keys::parse_hotkey(names)?;
         let mut session = KeySession::begin(self, "pressing a hotkey")?;
         let pressed = session.press_chord(&chord)?;
@@ -75,16 +67,15 @@ impl Desktop {
 
     /// Types text: every printable Unicode character on whatever layout the keyboard has,
     /// newline as Return and tab as Tab (`\r\n` counts as one Return). Characters the layout
-    /// lacks are typed through temporarily remapped spare keycodes (see the module
-    /// documentation); then this call takes about [`REMAP_GRACE`] longer. If Caps Lock is on,
-    /// it is switched off for the text and on again after.
+    /// lacks are typed through remapped spare keycodes (see the module documentation). If Caps
+    /// Lock is on, it is switched off for the text and on again after.
     pub fn type_text(&self, text: &str) -> Result<(), DesktopError> {
         const STEP: &str = "typing text";
         if text.is_empty() {
             return Ok(());
         }
         let mut session = KeySession::begin(self, STEP)?;
-        let plan = plan_text(text, &session.keymap)?;
+        let plan = session.plan_text(text)?;
         let caps_lock = if self.caps_lock_on()? {
             session.keymap.find(sym::CAPS_LOCK).filter(|s| !s.shift)
         } else {
@@ -93,23 +84,26 @@ impl Desktop {
         if let Some(caps) = caps_lock {
             session.tap(caps)?;
         }
-        let capacity = session.spares.len();
         let mut start = 0;
         while start < plan.len() {
-            let (end, missing) = next_segment(&plan, start, capacity);
+            let (mut end, mut missing) = session.next_segment(&plan, start, session.capacity());
+            if missing.len() > session.spares.len() {
+                session.make_room()?;
+                (end, missing) = session.next_segment(&plan, start, session.spares.len());
+            }
             if end == start {
                 // Nothing fits: the next character needs a remap and there is no spare keycode.
                 let keysym = match plan.get(start) {
-                    Some(Planned::Missing(keysym)) => *keysym,
+                    Some(Planned::Pool(keysym)) => *keysym,
                     _ => sym::NO_SYMBOL,
                 };
                 return Err(DesktopError::NoSpareKeycode { keysym });
             }
             session.remap(&missing)?;
-            for planned in &plan[start..end] {
+            for planned in plan.get(start..end).unwrap_or_default() {
                 let stroke = match *planned {
                     Planned::Key(stroke) => stroke,
-                    Planned::Missing(keysym) => session
+                    Planned::Pool(keysym) => session
                         .keymap
                         .find(keysym)
                         .ok_or(DesktopError::NoSpareKeycode { keysym })?,
@@ -117,9 +111,6 @@ impl Desktop {
                 session.tap(stroke)?;
             }
             start = end;
-            if start < plan.len() {
-                session.restore()?;
-            }
         }
         if let Some(caps) = caps_lock {
             session.tap(caps)?;
@@ -137,53 +128,24 @@ impl Desktop {
             .step(STEP)?;
         Ok(pointer.mask.contains(KeyButMask::LOCK))
     }
-
-    /// Puts remapped keycodes back to their original rows, one request per run of consecutive
-    /// keycodes, and waits for the server to accept each.
-    pub(crate) fn restore_rows(
-        &self,
-        remaps: &[Remap],
-        step: &'static str,
-    ) -> Result<(), DesktopError> {
-        let mut sorted: Vec<&Remap> = remaps.iter().collect();
-        sorted.sort_by_key(|r| r.keycode);
-        for run in consecutive_runs(&sorted, |r| r.keycode) {
-            let Some(first) = run.first() else {
-                continue;
-            };
-            let width = first.original.len();
-            // Every original row comes from one GetKeyboardMapping reply, whose width is a u8,
-            // and a run has at most 248 keycodes (the X keycode range).
-            let (Ok(width_u8), Ok(count)) = (u8::try_from(width), u8::try_from(run.len())) else {
-                continue;
-            };
-            if width == 0 || run.iter().any(|r| r.original.len() != width) {
-                continue;
-            }
-            let rows: Vec<Keysym> = run
-                .iter()
-                .flat_map(|r| r.original.iter().copied())
-                .collect();
-            self.conn
-                .change_keyboard_mapping(count, first.keycode, width_u8, &rows)
-                .step(step)?
-                .check()
-                .step(step)?;
-        }
-        Ok(())
-    }
 }
 
 /// One character of a text, as planned before typing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Planned {
-    /// The keyboard has it.
+    /// The layout has it.
     Key(Stroke),
-    /// It needs a spare keycode mapped to this keysym.
-    Missing(Keysym),
+    /// It needs a keycode from the remap pool (which may already have it mapped).
+    Pool(Keysym),
 }
 
-fn plan_text(text: &str, keymap: &Keymap) -> Result<Vec<Planned>, DesktopError> {
+/// Plans each character of a text. Characters on remapped keycodes that may be reclaimed
+/// (lingering ones) are planned from the pool, so they are looked up again when typed.
+fn plan_text(
+    text: &str,
+    keymap: &Keymap,
+    reclaimable: impl Fn(u8) -> bool,
+) -> Result<Vec<Planned>, DesktopError> {
     let mut plan = Vec::with_capacity(text.len());
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -192,20 +154,26 @@ fn plan_text(text: &str, keymap: &Keymap) -> Result<Vec<Planned>, DesktopError> 
         }
         let keysym = keys::char_keysym(c).ok_or(DesktopError::Untypable(c))?;
         plan.push(match keymap.find_char(c) {
-            Some(stroke) => Planned::Key(stroke),
-            None => Planned::Missing(keysym),
+            Some(stroke) if !reclaimable(stroke.keycode) => Planned::Key(stroke),
+            _ => Planned::Pool(keysym),
         });
     }
     Ok(plan)
 }
 
-/// The end of the segment starting at `start` whose distinct missing keysyms fit in `capacity`
-/// spare keycodes, and those keysyms in order of first use.
-fn next_segment(plan: &[Planned], start: usize, capacity: usize) -> (usize, Vec<Keysym>) {
+/// The end of the segment starting at `start` whose distinct keysyms needing a new mapping
+/// (`is_mapped` false) fit in `capacity` keycodes, and those keysyms in order of first use.
+fn next_segment(
+    plan: &[Planned],
+    start: usize,
+    capacity: usize,
+    is_mapped: impl Fn(Keysym) -> bool,
+) -> (usize, Vec<Keysym>) {
     let mut missing = Vec::new();
     let mut end = start;
     while let Some(planned) = plan.get(end) {
-        if let Planned::Missing(keysym) = *planned
+        if let Planned::Pool(keysym) = *planned
+            && !is_mapped(keysym)
             && !missing.contains(&keysym)
         {
             if missing.len() == capacity {
@@ -216,22 +184,6 @@ fn next_segment(plan: &[Planned], start: usize, capacity: usize) -> (usize, Vec<
         end += 1;
     }
     (end, missing)
-}
-
-/// Splits items sorted by keycode into runs of consecutive keycodes.
-fn consecutive_runs<T>(items: &[T], keycode: impl Fn(&T) -> u8) -> Vec<&[T]> {
-    let mut runs = Vec::new();
-    let mut start = 0;
-    for i in 1..=items.len() {
-        // `i - 1` and `i` are both in bounds when `i < items.len()` (and `i >= 1`).
-        let continues =
-            i < items.len() && keycode(&items[i - 1]).checked_add(1) == Some(keycode(&items[i]));
-        if !continues {
-            runs.push(&items[start..i]);
-            start = i;
-        }
-    }
-    runs
 }
 
 /// A key pressed as part of a chord.
@@ -245,15 +197,17 @@ pub(crate) struct Pressed {
 
 /// One keyboard operation: the input lock, a fresh keyboard mapping, the keycodes remapped and
 /// the keys pressed so far. Dropping it (on an error path) releases the keys it pressed and
-/// restores what it remapped; [`KeySession::finish`] does the same and reports errors.
+/// hands its remaps to the restorer; [`KeySession::finish`] does the same and reports errors.
 pub(crate) struct KeySession<'a> {
     desktop: &'a Desktop,
     state: MutexGuard<'a, InputState>,
     keymap: Keymap,
     /// Keycodes with no keysyms that this session may remap, ascending.
     spares: Vec<u8>,
-    /// Keycodes this session remapped, to restore at the end.
+    /// Keycodes this session remapped; they linger when it ends.
     remaps: Vec<Remap>,
+    /// Keycodes this session pressed, to renew the linger time of remapped ones.
+    used: Vec<u8>,
     /// Keycodes this session pressed and has not released.
     down: Vec<u8>,
     step: &'static str,
@@ -263,7 +217,7 @@ pub(crate) struct KeySession<'a> {
 impl<'a> KeySession<'a> {
     pub fn begin(desktop: &'a Desktop, step: &'static str) -> Result<KeySession<'a>, DesktopError> {
         let state = desktop.input_state();
-        let keymap = Keymap::fetch(&desktop.conn)?;
+        let keymap = Keymap::fetch(&*desktop.conn)?;
         let spares = keymap.spare_keycodes();
         Ok(KeySession {
             desktop,
@@ -271,10 +225,41 @@ impl<'a> KeySession<'a> {
             keymap,
             spares,
             remaps: Vec::new(),
+            used: Vec::new(),
             down: Vec::new(),
             step,
             finished: false,
         })
+    }
+
+    /// Whether a keycode is a remapped one that `make_room` may take back.
+    fn reclaimable(&self, keycode: u8) -> bool {
+        self.state
+            .lingering
+            .iter()
+            .any(|l| l.remap.keycode == keycode)
+            || self.remaps.iter().any(|r| r.keycode == keycode)
+    }
+
+    fn plan_text(&self, text: &str) -> Result<Vec<Planned>, DesktopError> {
+        plan_text(text, &self.keymap, |keycode| self.reclaimable(keycode))
+    }
+
+    fn next_segment(
+        &self,
+        plan: &[Planned],
+        start: usize,
+        capacity: usize,
+    ) -> (usize, Vec<Keysym>) {
+        next_segment(plan, start, capacity, |keysym| {
+            self.keymap.find(keysym).is_some()
+        })
+    }
+
+    /// How many keycodes a remap could use: the spare ones, plus the remapped ones `make_room`
+    /// can take back.
+    fn capacity(&self) -> usize {
+        self.spares.len() + self.state.lingering.len() + self.remaps.len()
     }
 
     fn shift_keycode(&self) -> Result<u8, DesktopError> {
@@ -297,11 +282,14 @@ impl<'a> KeySession<'a> {
             .ok_or(DesktopError::NoSpareKeycode { keysym })
     }
 
-    /// Maps each keysym onto its own spare keycode (on both levels), with one request per run
-    /// of consecutive keycodes.
+    /// Maps each keysym onto its own spare keycode (on both levels), taking back remapped
+    /// keycodes first when there are not enough spare ones.
     fn remap(&mut self, keysyms: &[Keysym]) -> Result<(), DesktopError> {
         if keysyms.is_empty() {
             return Ok(());
+        }
+        if keysyms.len() > self.spares.len() {
+            self.make_room()?;
         }
         if let Some(&keysym) = keysyms.get(self.spares.len()) {
             return Err(DesktopError::NoSpareKeycode { keysym });
@@ -319,33 +307,42 @@ impl<'a> KeySession<'a> {
             });
             self.keymap.set_row(keycode, &[keysym, keysym]);
         }
-        for run in consecutive_runs(&chosen, |&(keycode, _)| keycode) {
-            let Some(&(first, _)) = run.first() else {
-                continue;
-            };
-            // A run has at most 248 keycodes (the X keycode range), so it fits in a u8.
-            let count = u8::try_from(run.len()).unwrap_or(u8::MAX);
-            let rows: Vec<Keysym> = run.iter().flat_map(|&(_, ks)| [ks, ks]).collect();
-            self.desktop
-                .conn
-                .change_keyboard_mapping(count, first, 2, &rows)
-                .step(self.step)?
-                .check()
-                .step(self.step)?;
-        }
-        Ok(())
+        remap::map_keycodes(&self.desktop.conn, &chosen, self.step)
     }
 
-    /// Waits until clients have had the chance to translate every key event sent so far, then
-    /// restores the keycodes this session remapped.
-    fn restore(&mut self) -> Result<(), DesktopError> {
-        if self.remaps.is_empty() {
-            return Ok(());
-        }
+    /// Takes back every remapped keycode not pressed right now (lingering ones and this
+    /// session's own), once [`remap::REMAP_LINGER`] has passed since its last use, so it can
+    /// be mapped to another keysym.
+    fn make_room(&mut self) -> Result<(), DesktopError> {
         self.desktop.sync(self.step)?;
-        std::thread::sleep(REMAP_GRACE);
-        self.desktop.restore_rows(&self.remaps, self.step)?;
-        for remap in self.remaps.drain(..) {
+        let now = Instant::now();
+        let down = std::mem::take(&mut self.down);
+        let mut reclaimed: Vec<Remap> = Vec::new();
+        let mut last_used = None;
+        let lingering = std::mem::take(&mut self.state.lingering);
+        for entry in lingering {
+            if down.contains(&entry.remap.keycode) {
+                self.state.lingering.push(entry);
+            } else {
+                last_used = last_used.max(Some(entry.last_used));
+                reclaimed.push(entry.remap);
+            }
+        }
+        let (own, kept): (Vec<Remap>, Vec<Remap>) = std::mem::take(&mut self.remaps)
+            .into_iter()
+            .partition(|r| !down.contains(&r.keycode));
+        self.remaps = kept;
+        if !own.is_empty() {
+            // This session may have pressed them up to now.
+            last_used = Some(now);
+        }
+        reclaimed.extend(own);
+        self.down = down;
+        if let Some(last_used) = last_used {
+            std::thread::sleep((last_used + remap::REMAP_LINGER).saturating_duration_since(now));
+        }
+        remap::restore_rows(&self.desktop.conn, &reclaimed, self.step)?;
+        for remap in reclaimed {
             self.keymap.set_row(remap.keycode, &remap.original);
             self.spares.push(remap.keycode);
         }
@@ -357,6 +354,7 @@ impl<'a> KeySession<'a> {
         self.desktop.fake_key(keycode, down, self.step)?;
         if down {
             self.down.push(keycode);
+            self.used.push(keycode);
         } else if let Some(i) = self.down.iter().rposition(|&k| k == keycode) {
             self.down.remove(i);
         }
@@ -430,6 +428,15 @@ impl<'a> KeySession<'a> {
                 let remap = self.remaps.remove(i);
                 self.state.pinned_remaps.push(remap);
             }
+            let lingering = self
+                .state
+                .lingering
+                .iter()
+                .position(|l| l.remap.keycode == key.keycode);
+            if let Some(i) = lingering {
+                let entry = self.state.lingering.remove(i);
+                self.state.pinned_remaps.push(entry.remap);
+            }
             self.state.held_keys.push(HeldKey {
                 keysym: key.keysym,
                 keycode: key.keycode,
@@ -456,6 +463,7 @@ impl<'a> KeySession<'a> {
         if let Some(shift) = key.shift_keycode {
             self.desktop.fake_key(shift, false, self.step)?;
         }
+        self.used.push(key.keycode);
         let still_held = self
             .state
             .held_keys
@@ -473,6 +481,8 @@ impl<'a> KeySession<'a> {
         Ok(())
     }
 
+    /// Releases what is still pressed, waits until the server has processed everything, and
+    /// hands remapped keycodes to the restorer (renewing the linger time of those used).
     fn cleanup(&mut self) -> Result<(), DesktopError> {
         self.finished = true;
         let mut result = Ok(());
@@ -480,11 +490,26 @@ impl<'a> KeySession<'a> {
             result = result.and(self.desktop.fake_key(keycode, false, self.step));
         }
         result = result.and(self.desktop.sync(self.step));
-        result.and(self.restore())
+        let now = Instant::now();
+        let used = std::mem::take(&mut self.used);
+        for entry in &mut self.state.lingering {
+            if used.contains(&entry.remap.keycode) {
+                entry.last_used = now;
+            }
+        }
+        for remap in std::mem::take(&mut self.remaps) {
+            self.state.lingering.push(Lingering {
+                remap,
+                last_used: now,
+            });
+        }
+        if !self.state.lingering.is_empty() {
+            self.desktop.input.wake.notify_all();
+        }
+        result
     }
 
-    /// Releases what is still pressed, restores remapped keycodes, and waits until the server
-    /// has processed everything.
+    /// Releases what is still pressed and waits until the server has processed everything.
     pub fn finish(mut self) -> Result<(), DesktopError> {
         self.cleanup()
     }
@@ -512,39 +537,45 @@ mod tests {
     }
 
     #[test]
-    fn segments_hold_at_most_capacity_distinct_missing_keysyms() {
+    fn segments_hold_at_most_capacity_distinct_unmapped_keysyms() {
         let plan = [
-            Planned::Missing(1),
+            Planned::Pool(1),
             key(9),
-            Planned::Missing(2),
-            Planned::Missing(1),
-            Planned::Missing(3),
+            Planned::Pool(2),
+            Planned::Pool(1),
+            Planned::Pool(3),
             key(9),
+            Planned::Pool(4),
         ];
-        assert_eq!(next_segment(&plan, 0, 2), (4, vec![1, 2]));
-        assert_eq!(next_segment(&plan, 4, 2), (6, vec![3]));
-        assert_eq!(next_segment(&plan, 0, 0), (0, vec![]));
-        assert_eq!(next_segment(&plan[1..2], 0, 0), (1, vec![]));
-    }
-
-    #[test]
-    fn runs_split_at_gaps() {
-        let codes = [3u8, 4, 5, 9, 10, 255];
-        let runs = consecutive_runs(&codes, |&k| k);
-        assert_eq!(runs, vec![&[3u8, 4, 5][..], &[9, 10], &[255]]);
-        assert!(consecutive_runs(&[] as &[u8], |&k| k).is_empty());
+        let unmapped = |_| false;
+        assert_eq!(next_segment(&plan, 0, 2, unmapped), (4, vec![1, 2]));
+        assert_eq!(next_segment(&plan, 4, 2, unmapped), (7, vec![3, 4]));
+        assert_eq!(next_segment(&plan, 0, 0, unmapped), (0, vec![]));
+        assert_eq!(next_segment(&plan[1..2], 0, 0, unmapped), (1, vec![]));
+        // Keysyms already mapped need no room.
+        assert_eq!(next_segment(&plan, 0, 1, |ks| ks != 3), (7, vec![3]));
     }
 
     #[test]
     fn plans_crlf_as_one_return_and_rejects_control_characters() {
-        let keymap = Keymap::from_parts(8, 2, vec![sym::RETURN, 0, 0x61, 0x41]);
-        assert_eq!(plan_text("a\r\n", &keymap).ok(), Some(vec![key(9), key(8)]));
+        let keymap = Keymap::from_parts(8, 2, vec![sym::RETURN, 0, 0x61, 0x41, 0xe9, 0xe9]);
+        let none = |_| false;
         assert_eq!(
-            plan_text("é", &keymap).ok(),
-            Some(vec![Planned::Missing(0xe9)])
+            plan_text("a\r\n", &keymap, none).ok(),
+            Some(vec![key(9), key(8)])
+        );
+        assert_eq!(
+            plan_text("ü", &keymap, none).ok(),
+            Some(vec![Planned::Pool(0xfc)])
+        );
+        // A character on a reclaimable remapped keycode is looked up again when typed.
+        assert_eq!(plan_text("é", &keymap, none).ok(), Some(vec![key(10)]));
+        assert_eq!(
+            plan_text("é", &keymap, |k| k == 10).ok(),
+            Some(vec![Planned::Pool(0xe9)])
         );
         assert!(matches!(
-            plan_text("a\u{7}", &keymap),
+            plan_text("a\u{7}", &keymap, none),
             Err(DesktopError::Untypable('\u{7}'))
         ));
     }

@@ -27,8 +27,9 @@
 //! - `settle`: [`Desktop::wait_until_settled`] and [`SettleReport`].
 //! - `input`: XTEST primitives, the held-keys state, synchronising with the server.
 //! - `pointer`: [`Button`], moving, clicking, scrolling (in wheel notches), dragging.
-//! - `keyboard`: keys and chords by name, held keys, typing with spare-keycode remapping.
+//! - `keyboard`: keys and chords by name, held keys, typing any text.
 //! - `keymap`: the keyboard mapping snapshot: keysym to keycode and Shift level, spare keycodes.
+//! - `remap`: spare keycodes mapped to missing keysyms, and the thread that restores them.
 //! - [`keys`]: key names (X keysyms, xdotool, Anthropic, OpenAI CUA, AIO aliases) to keysyms.
 //! - `keysym_names`: the generated table of X keysym names.
 //! - `clipboard`: the in-process CLIPBOARD owner and [`Desktop::paste_text`].
@@ -45,6 +46,7 @@ mod keymap;
 pub mod keys;
 mod keysym_names;
 mod pointer;
+mod remap;
 mod scale;
 mod settle;
 
@@ -52,7 +54,7 @@ pub use capture::Frame;
 pub use desktop::Desktop;
 pub use encode::{EncodeError, EncodedImage, ImageFormat, MAX_IMAGE_SIDE, encode, fit_within};
 pub use error::DesktopError;
-pub use keyboard::REMAP_GRACE;
 pub use keys::{KeyNameError, Keysym};
 pub use pointer::{Button, MAX_SCROLL_NOTCHES};
+pub use remap::REMAP_LINGER;
 pub use settle::SettleReport;

@@ -125,11 +125,11 @@ impl Desktop {
     /// Clicks where the pointer is: `count` 1, 2 or 3 for a single, double or triple click,
     /// with modifier keys (`"ctrl"`, `"shift"`, `"alt"`, `"super"`, or any key name) held
     /// around the clicks.
-    pub fn click<S: AsRef<str>>(
+    pub fn click(
         &self,
         button: Button,
         count: u32,
-        modifiers: &[S],
+        modifiers: &[&str],
     ) -> Result<(), DesktopError> {
         const STEP: &str = "clicking";
         if !(1..=3).contains(&count) {

@@ -90,7 +90,7 @@ fn clicks_arrive_with_the_right_button_position_and_count() -> Result<()> {
         (Button::Right, 3, 2),
         (Button::Middle, 2, 3),
     ] {
-        desktop.click(button, count, &[] as &[&str])?;
+        desktop.click(button, count, &[])?;
         let events = buttons(&client, count as usize)?;
         assert_eq!(events.len(), count as usize * 2, "{events:?}");
         for pair in events.chunks(2) {
@@ -106,7 +106,7 @@ fn clicks_arrive_with_the_right_button_position_and_count() -> Result<()> {
         }
     }
     assert!(matches!(
-        desktop.click(Button::Left, 4, &[] as &[&str]),
+        desktop.click(Button::Left, 4, &[]),
         Err(DesktopError::ClickCount(4))
     ));
     Ok(())
@@ -140,7 +140,7 @@ fn modifiers_held_during_a_click_show_in_the_event_state() -> Result<()> {
     );
 
     // The modifiers were released: a plain click has none.
-    desktop.click(Button::Left, 1, &[] as &[&str])?;
+    desktop.click(Button::Left, 1, &[])?;
     let events = buttons(&client, 1)?;
     let Event::ButtonPress(press) = &events[0] else {
         panic!("expected a press, got {events:?}");
