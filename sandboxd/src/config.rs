@@ -52,6 +52,11 @@ pub struct Settings {
     pub screen: Screen,
     /// Sandbox id given by the orchestrator (`SANDBOX_ID`), for logs.
     pub sandbox_id: Option<String>,
+    /// The X display the desktop API drives (`DISPLAY`, default `:1`).
+    pub display: String,
+    /// Browser origins allowed to call `/mcp` (`SANDBOXD_MCP_ALLOWED_ORIGINS`, comma-separated,
+    /// e.g. `https://app.example.com:443`); by default any request with an `Origin` is refused.
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +141,16 @@ impl Settings {
             workspace,
             screen,
             sandbox_id: get("SANDBOX_ID"),
+            display: get("DISPLAY").unwrap_or_else(|| ":1".into()),
+            mcp_allowed_origins: get("SANDBOXD_MCP_ALLOWED_ORIGINS")
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|o| !o.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
         })
     }
 }

@@ -10,12 +10,14 @@
 //! - [`activity`]: API activity and the idle dead-man switch.
 //! - [`api`]: the HTTP routes (the only module that knows HTTP).
 //! - [`shell`]: shell sessions, their commands, and interactive terminals.
+//! - [`desktop_session`]: the lazily opened X display connection and recent screenshots' transforms.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`logging`]: tracing setup.
 
 pub mod activity;
 pub mod api;
 pub mod config;
+pub mod desktop_session;
 pub mod logging;
 pub mod pid1;
 pub mod shell;

@@ -78,7 +78,12 @@ pub async fn take_screenshot(
     state: &AppState,
     query: &ScreenshotQuery,
 ) -> Result<Screenshot, ApiError> {
-    let format = match query.format.as_deref().map(str::to_ascii_lowercase).as_deref() {
+    let format = match query
+        .format
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         None | Some("png") => ImageFormat::Png,
         Some("jpeg" | "jpg") => {
             let quality = query.quality.unwrap_or(80);
@@ -97,13 +102,19 @@ pub async fn take_screenshot(
             ));
         }
     };
-    for (name, value) in [("max_width", query.max_width), ("max_height", query.max_height)] {
+    for (name, value) in [
+        ("max_width", query.max_width),
+        ("max_height", query.max_height),
+    ] {
         if let Some(value) = value
             && !(16..=desktop::MAX_IMAGE_SIDE).contains(&value)
         {
             return Err(ApiError::invalid_at(
                 vec!["query".into(), name.into()],
-                format!("{name} must be between 16 and {}, got {value}", desktop::MAX_IMAGE_SIDE),
+                format!(
+                    "{name} must be between 16 and {}, got {value}",
+                    desktop::MAX_IMAGE_SIDE
+                ),
             ));
         }
     }
@@ -162,7 +173,10 @@ pub async fn perform(state: &AppState, action: DesktopAction) -> Result<ActionDa
             if !duration.is_finite() || duration <= 0.0 || duration > MAX_WAIT.as_secs_f64() {
                 return Err(ApiError::invalid(
                     "duration",
-                    format!("duration must be more than 0 and at most {} seconds", MAX_WAIT.as_secs()),
+                    format!(
+                        "duration must be more than 0 and at most {} seconds",
+                        MAX_WAIT.as_secs()
+                    ),
                 ));
             }
             tokio::time::sleep(Duration::from_secs_f64(duration)).await;
@@ -174,12 +188,19 @@ pub async fn perform(state: &AppState, action: DesktopAction) -> Result<ActionDa
             let quiet = Duration::from_millis(quiet_ms.unwrap_or(300));
             let timeout = Duration::from_millis(timeout_ms.unwrap_or(5000));
             if quiet.is_zero() || quiet > MAX_SETTLE {
-                return Err(ApiError::invalid("quiet_ms", "quiet_ms must be between 1 and 60000"));
+                return Err(ApiError::invalid(
+                    "quiet_ms",
+                    "quiet_ms must be between 1 and 60000",
+                ));
             }
             if timeout > MAX_SETTLE {
-                return Err(ApiError::invalid("timeout_ms", "timeout_ms must be at most 60000"));
+                return Err(ApiError::invalid(
+                    "timeout_ms",
+                    "timeout_ms must be at most 60000",
+                ));
             }
-            let report = blocking(move || session.with(|d| d.wait_until_settled(quiet, timeout))).await?;
+            let report =
+                blocking(move || session.with(|d| d.wait_until_settled(quiet, timeout))).await?;
             settle = Some(SettleInfo {
                 settled: report.settled,
                 waited_ms: report.waited.as_millis() as u64,
@@ -230,7 +251,10 @@ enum Resolved {
 }
 
 fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, ApiError> {
-    let at = |x: Option<f64>, y: Option<f64>, shot: Option<u64>| -> Result<Option<(i32, i32)>, ApiError> {
+    let at = |x: Option<f64>,
+              y: Option<f64>,
+              shot: Option<u64>|
+     -> Result<Option<(i32, i32)>, ApiError> {
         match (x, y) {
             (Some(x), Some(y)) => point(session, x, y, shot).map(Some),
             (None, None) => Ok(None),
@@ -239,7 +263,11 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
         }
     };
     Ok(match action {
-        DesktopAction::MoveTo { x, y, screenshot_id } => {
+        DesktopAction::MoveTo {
+            x,
+            y,
+            screenshot_id,
+        } => {
             let (x, y) = point(session, x, y, screenshot_id)?;
             Resolved::MoveTo(x, y)
         }
@@ -261,19 +289,31 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
         },
         DesktopAction::MouseDown { button } => Resolved::Down(button_named(button.as_deref())?),
         DesktopAction::MouseUp { button } => Resolved::Up(button_named(button.as_deref())?),
-        DesktopAction::RightClick { x, y, screenshot_id } => Resolved::Click {
+        DesktopAction::RightClick {
+            x,
+            y,
+            screenshot_id,
+        } => Resolved::Click {
             at: at(x, y, screenshot_id)?,
             button: Button::Right,
             count: 1,
             modifiers: Vec::new(),
         },
-        DesktopAction::DoubleClick { x, y, screenshot_id } => Resolved::Click {
+        DesktopAction::DoubleClick {
+            x,
+            y,
+            screenshot_id,
+        } => Resolved::Click {
             at: at(x, y, screenshot_id)?,
             button: Button::Left,
             count: 2,
             modifiers: Vec::new(),
         },
-        DesktopAction::TripleClick { x, y, screenshot_id } => Resolved::Click {
+        DesktopAction::TripleClick {
+            x,
+            y,
+            screenshot_id,
+        } => Resolved::Click {
             at: at(x, y, screenshot_id)?,
             button: Button::Left,
             count: 3,
@@ -334,12 +374,18 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
                 dy: dy.unwrap_or(0),
             }
         }
-        DesktopAction::Typing { text, use_clipboard } => {
+        DesktopAction::Typing {
+            text,
+            use_clipboard,
+        } => {
             if text.is_empty() {
                 return Err(ApiError::invalid("text", "text must not be empty"));
             }
             if text.len() > 100_000 {
-                return Err(ApiError::invalid("text", "text is longer than 100000 bytes"));
+                return Err(ApiError::invalid(
+                    "text",
+                    "text is longer than 100000 bytes",
+                ));
             }
             if use_clipboard == Some(true) {
                 Resolved::Paste(text)
@@ -374,7 +420,8 @@ fn run(desktop: &desktop::Desktop, action: &Resolved) -> Result<(), DesktopError
             if let Some((x, y)) = at {
                 desktop.move_to(*x, *y)?;
             }
-            desktop.click(*button, *count, modifiers)
+            let modifiers: Vec<&str> = modifiers.iter().map(String::as_str).collect();
+            desktop.click(*button, *count, &modifiers)
         }
         Resolved::Down(button) => desktop.button_down(*button),
         Resolved::Up(button) => desktop.button_up(*button),
@@ -399,7 +446,10 @@ fn run(desktop: &desktop::Desktop, action: &Resolved) -> Result<(), DesktopError
         Resolved::Press(key) => desktop.press(key),
         Resolved::KeyDown(key) => desktop.key_down(key),
         Resolved::KeyUp(key) => desktop.key_up(key),
-        Resolved::Hotkey(keys) => desktop.hotkey(keys),
+        Resolved::Hotkey(keys) => {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            desktop.hotkey(&keys)
+        }
         Resolved::Nothing => Ok(()),
     }
 }
@@ -413,7 +463,10 @@ fn point(
 ) -> Result<(i32, i32), ApiError> {
     for (axis, value) in [("x", x), ("y", y)] {
         if !value.is_finite() || value.abs() > 1.0e6 {
-            return Err(ApiError::invalid(axis, format!("{axis} must be a finite coordinate")));
+            return Err(ApiError::invalid(
+                axis,
+                format!("{axis} must be a finite coordinate"),
+            ));
         }
     }
     let (x, y) = match screenshot_id {
@@ -433,7 +486,10 @@ fn point(
 
 fn offset(field: &str, value: f64) -> Result<i32, ApiError> {
     if !value.is_finite() || value.abs() > 100_000.0 {
-        return Err(ApiError::invalid(field, format!("{field} must be a finite offset")));
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} must be a finite offset"),
+        ));
     }
     Ok(value.round() as i32)
 }

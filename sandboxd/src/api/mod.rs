@@ -9,9 +9,11 @@
 //! supervisor and the capability modules, which know nothing of HTTP.
 
 pub mod auth;
+pub mod desktop;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod mcp;
 pub mod openapi;
 pub mod processes;
 pub mod sandbox;
@@ -31,6 +33,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::activity::Activity;
 use crate::config::Settings;
+use crate::desktop_session::DesktopSession;
 use crate::shell::{Shell, ShellConfig};
 use error::ApiError;
 
@@ -44,6 +47,7 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub activity: Arc<Activity>,
     pub shell: Arc<Shell>,
+    pub desktop: Arc<DesktopSession>,
     request_ids: Arc<AtomicU64>,
 }
 
@@ -57,11 +61,13 @@ impl AppState {
             ShellConfig::from_settings(&settings),
             activity.clone(),
         ));
+        let desktop = Arc::new(DesktopSession::new(settings.display.clone()));
         Self {
             supervisor,
             settings,
             activity,
             shell,
+            desktop,
             request_ids: Arc::new(AtomicU64::new(1)),
         }
     }
@@ -78,6 +84,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(health::protected_routes())
         .merge(processes::routes())
+        .merge(desktop::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
 }
@@ -97,6 +104,10 @@ pub fn router(state: AppState) -> Router {
     let (protected, _) = protected_routes().split_for_parts();
     let protected = protected
         .merge(openapi::routes(document))
+        .nest_service(
+            "/mcp",
+            mcp::service(state.clone(), state.settings.mcp_allowed_origins.clone()),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_key,

@@ -103,6 +103,14 @@ pub async fn exec(
     State(state): State<AppState>,
     AioJson(request): AioJson<ShellExecRequest>,
 ) -> Result<Json<Envelope<ShellCommandResult>>, ApiError> {
+    run_exec(&state, request).await.map(Json)
+}
+
+/// Runs one `exec` request (shared by the REST route and the `shell_exec` MCP tool).
+pub async fn run_exec(
+    state: &AppState,
+    request: ShellExecRequest,
+) -> Result<Envelope<ShellCommandResult>, ApiError> {
     let command = validate_command(request.command)?;
     let timeout = seconds("timeout", request.timeout)?;
     let hard_timeout = seconds("hard_timeout", request.hard_timeout)?;
@@ -156,7 +164,7 @@ pub async fn exec(
         request.truncate != Some(false),
     ));
     answer.hint = hint;
-    Ok(Json(answer))
+    Ok(answer)
 }
 
 /// The session's latest command: its output so far and its status.

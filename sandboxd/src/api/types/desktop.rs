@@ -36,7 +36,10 @@ pub enum DesktopAction {
         screenshot_id: Option<u64>,
     },
     /// Move the pointer by an offset.
-    MoveRel { x_offset: f64, y_offset: f64 },
+    MoveRel {
+        x_offset: f64,
+        y_offset: f64,
+    },
     /// Click (at x, y if given, else where the pointer is). `num_clicks` 1-3; `modifiers` are
     /// key names held during the click (`ctrl`, `shift`, `alt`, `super`).
     Click {
@@ -47,8 +50,12 @@ pub enum DesktopAction {
         modifiers: Option<Vec<String>>,
         screenshot_id: Option<u64>,
     },
-    MouseDown { button: Option<String> },
-    MouseUp { button: Option<String> },
+    MouseDown {
+        button: Option<String>,
+    },
+    MouseUp {
+        button: Option<String>,
+    },
     RightClick {
         x: Option<f64>,
         y: Option<f64>,
@@ -72,9 +79,14 @@ pub enum DesktopAction {
         screenshot_id: Option<u64>,
     },
     /// Press at the pointer, move by the offset, release.
-    DragRel { x_offset: f64, y_offset: f64 },
+    DragRel {
+        x_offset: f64,
+        y_offset: f64,
+    },
     /// Move to the first point, press once, move through every point, release once at the last.
     DragPath {
+        /// `[[x, y], ...]`, at least two points.
+        #[schema(value_type = Vec<Vec<f64>>)]
         path: Vec<PathPoint>,
         button: Option<String>,
         screenshot_id: Option<u64>,
@@ -95,13 +107,23 @@ pub enum DesktopAction {
         use_clipboard: Option<bool>,
     },
     /// Press and release a key or a combination (`ctrl+shift+t`).
-    Press { key: String },
-    KeyDown { key: String },
-    KeyUp { key: String },
+    Press {
+        key: String,
+    },
+    KeyDown {
+        key: String,
+    },
+    KeyUp {
+        key: String,
+    },
     /// Press keys together, in order, then release them in reverse.
-    Hotkey { keys: Vec<String> },
+    Hotkey {
+        keys: Vec<String>,
+    },
     /// Sleep for `duration` seconds (at most 60).
-    Wait { duration: f64 },
+    Wait {
+        duration: f64,
+    },
     /// Report where the pointer is.
     CursorPosition {},
     /// Wait until the screen stops changing for `quiet_ms` (default 300), at most

@@ -6,12 +6,14 @@
 //! `/v1/openapi.json` is generated from these types and the route annotations.
 
 pub mod common;
+pub mod desktop;
 pub mod health;
 pub mod processes;
 pub mod sandbox;
 pub mod shell;
 
 pub use common::*;
+pub use desktop::*;
 pub use health::*;
 pub use processes::*;
 pub use sandbox::*;

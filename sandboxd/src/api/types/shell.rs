@@ -22,8 +22,8 @@ pub enum BashCommandStatus {
     Terminated,
 }
 
-/// `POST /v1/shell/exec`.
-#[derive(Debug, Deserialize, ToSchema)]
+/// `POST /v1/shell/exec` (also the `shell_exec` MCP tool's arguments).
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct ShellExecRequest {
     /// The command line, run by bash exactly as typed at a prompt.
     pub command: String,
