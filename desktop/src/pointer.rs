@@ -2,6 +2,8 @@
 //! dragging, all injected with XTEST. Coordinates are screen pixels, checked against the current
 //! screen size.
 
+use std::time::Duration;
+
 use x11rb::protocol::xproto::ConnectionExt as _;
 
 use crate::desktop::Desktop;
@@ -11,6 +13,11 @@ use crate::keys;
 
 /// The most wheel notches one [`Desktop::scroll`] call sends on one axis.
 pub const MAX_SCROLL_NOTCHES: i32 = 1000;
+
+/// The pause between the clicks of a double or triple click. The X server stamps events with
+/// millisecond times, and toolkits (Chromium among them) do not count two presses with the same
+/// time stamp as one double click; 20 ms is far inside every double-click interval.
+pub const MULTI_CLICK_GAP: Duration = Duration::from_millis(20);
 
 /// A mouse button.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -136,7 +143,11 @@ impl Desktop {
             return Err(DesktopError::ClickCount(count));
         }
         let clicks = |desktop: &Desktop| -> Result<(), DesktopError> {
-            for _ in 0..count {
+            for n in 0..count {
+                if n > 0 {
+                    desktop.sync(STEP)?;
+                    std::thread::sleep(MULTI_CLICK_GAP);
+                }
                 desktop.fake_button(button.code(), true, STEP)?;
                 desktop.fake_button(button.code(), false, STEP)?;
             }
@@ -183,7 +194,17 @@ impl Desktop {
 
     /// Drags along a path: moves to the first point, presses the button once, moves through
     /// every following point, and releases once at the last point.
-    pub fn drag(&self, path: &[(i32, i32)], button: Button) -> Result<(), DesktopError> {
+    ///
+    /// With a non-zero `step`, the server is synchronised and the call pauses that long after
+    /// the press and after each point, as a hand would: toolkits coalesce motion events that
+    /// arrive together (Chromium delivers one per frame, GTK merges queued motion), and a paint
+    /// program that only sees some points draws straight lines across the corners it missed.
+    pub fn drag(
+        &self,
+        path: &[(i32, i32)],
+        button: Button,
+        step: Duration,
+    ) -> Result<(), DesktopError> {
         const STEP: &str = "dragging";
         if path.len() < 2 {
             return Err(DesktopError::DragPathTooShort(path.len()));
@@ -198,7 +219,19 @@ impl Desktop {
             self.fake_motion(x, y, STEP)?;
         }
         self.fake_button(button.code(), true, STEP)?;
-        let moved = points.try_for_each(|&(x, y)| self.fake_motion(x, y, STEP));
+        let pause = |desktop: &Desktop| -> Result<(), DesktopError> {
+            if !step.is_zero() {
+                desktop.sync(STEP)?;
+                std::thread::sleep(step);
+            }
+            Ok(())
+        };
+        let moved = pause(self).and_then(|()| {
+            points.try_for_each(|&(x, y)| {
+                self.fake_motion(x, y, STEP)?;
+                pause(self)
+            })
+        });
         // Release even if a motion failed, so the button is not left down.
         let released = self.fake_button(button.code(), false, STEP);
         moved.and(released)?;

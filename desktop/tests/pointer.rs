@@ -67,7 +67,7 @@ fn coordinates_outside_the_screen_are_refused() -> Result<()> {
     assert!(refused(desktop.move_to(0, -1), "y", -1));
     assert!(refused(desktop.move_rel(0, 800).map(|_| ()), "y", 810));
     assert!(refused(
-        desktop.drag(&[(5, 5), (5, 900)], Button::Left),
+        desktop.drag(&[(5, 5), (5, 900)], Button::Left, Duration::ZERO),
         "y",
         900
     ));
@@ -160,7 +160,7 @@ fn a_drag_is_one_press_motion_through_the_path_and_one_release() -> Result<()> {
     desktop.move_to(10, 10)?;
     common::drain(&client)?;
     let path = [(250, 150), (300, 170), (360, 220), (420, 300), (500, 310)];
-    desktop.drag(&path, Button::Left)?;
+    desktop.drag(&path, Button::Left, Duration::from_millis(2))?;
     let events = common::collect(
         &client,
         TIMEOUT,
@@ -201,7 +201,7 @@ fn a_drag_is_one_press_motion_through_the_path_and_one_release() -> Result<()> {
         "{events:?}"
     );
     assert!(matches!(
-        desktop.drag(&[(1, 1)], Button::Left),
+        desktop.drag(&[(1, 1)], Button::Left, Duration::ZERO),
         Err(DesktopError::DragPathTooShort(1))
     ));
     Ok(())

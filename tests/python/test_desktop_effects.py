@@ -1,18 +1,17 @@
 """Desktop input checked by its effects: a real page (driven by Playwright over CDP) records what
-it receives while sandboxd injects input through XTest. Screen coordinates of page points come
-from the page's own window geometry."""
+it receives while sandboxd injects input through XTest. Where the page is on the screen is found
+in a screenshot from the API: a magenta marker drawn at a known page position."""
 
-import base64
 import io
-import struct
-import zlib
 
 import pytest
+from PIL import Image
 from playwright.sync_api import sync_playwright
 
 PAGE = """<!doctype html>
 <html><body style="margin:0;font:16px sans-serif">
 <div id="target" style="position:absolute;left:200px;top:150px;width:300px;height:200px;background:#cde"></div>
+<div id="marker" style="position:absolute;left:246px;top:196px;width:8px;height:8px;background:#ff00ff;pointer-events:none"></div>
 <textarea id="text" style="position:absolute;left:600px;top:150px;width:400px;height:80px"></textarea>
 <canvas id="canvas" width="500" height="300" style="position:absolute;left:200px;top:400px;border:1px solid #000"></canvas>
 <script>
@@ -20,9 +19,11 @@ window.clicks = []; window.drag = {down: 0, up: 0, moves: []};
 document.getElementById('target').addEventListener('click', e => window.clicks.push([e.clientX, e.clientY, e.detail, e.ctrlKey, e.shiftKey]));
 const canvas = document.getElementById('canvas'); const ctx = canvas.getContext('2d');
 ctx.strokeStyle = '#ff0000'; ctx.lineWidth = 3; let drawing = false;
-canvas.addEventListener('mousedown', e => { window.drag.down++; drawing = true; ctx.beginPath(); ctx.moveTo(e.offsetX, e.offsetY); window.drag.moves.push([e.offsetX, e.offsetY]); });
-canvas.addEventListener('mousemove', e => { if (!drawing) return; ctx.lineTo(e.offsetX, e.offsetY); ctx.stroke(); window.drag.moves.push([e.offsetX, e.offsetY]); });
-window.addEventListener('mouseup', e => { window.drag.up++; drawing = false; });
+canvas.addEventListener('pointerdown', e => { window.drag.down++; drawing = true; ctx.beginPath(); ctx.moveTo(e.offsetX, e.offsetY); window.drag.moves.push([e.offsetX, e.offsetY]); });
+canvas.addEventListener('pointermove', e => { if (!drawing) return;
+  for (const c of (e.getCoalescedEvents ? e.getCoalescedEvents() : [e])) { ctx.lineTo(c.offsetX, c.offsetY); window.drag.moves.push([c.offsetX, c.offsetY]); }
+  ctx.stroke(); });
+window.addEventListener('pointerup', e => { window.drag.up++; drawing = false; });
 </script></body></html>"""
 
 
@@ -38,11 +39,27 @@ def page(sandbox):
         browser.close()
 
 
-def screen_origin(page) -> tuple[float, float]:
-    """Where the page's (0, 0) is on the X screen."""
-    return tuple(page.evaluate(
-        "() => [window.screenX + (window.outerWidth - window.innerWidth) / 2,"
-        " window.screenY + (window.outerHeight - window.innerHeight)]"))
+def screenshot(sandbox) -> tuple[int, int, int, list[bytes]]:
+    import urllib.request
+    req = urllib.request.Request(sandbox.base_url + "/v1/browser/screenshot", headers=sandbox.headers())
+    with urllib.request.urlopen(req, timeout=30) as response:
+        return decode_png_rgb(response.read())
+
+
+def screen_origin(sandbox, page) -> tuple[int, int]:
+    """Where the page's (0, 0) is on the X screen: the marker's centre in a screenshot, minus
+    its page position (250, 200)."""
+    page.wait_for_timeout(300)
+    width, height, channels, rows = screenshot(sandbox)
+    xs, ys = [], []
+    for y in range(height):
+        row = rows[y]
+        for x in range(width):
+            if row[x * channels:x * channels + 3] == b"\xff\x00\xff":
+                xs.append(x)
+                ys.append(y)
+    assert len(xs) == 64, f"marker not found on screen ({len(xs)} magenta pixels)"
+    return (min(xs) + 4) - 250, (min(ys) + 4) - 200
 
 
 def action(sandbox, **body):
@@ -53,17 +70,17 @@ def action(sandbox, **body):
 
 
 def test_a_click_lands_where_it_was_aimed(sandbox, page):
-    ox, oy = screen_origin(page)
+    ox, oy = screen_origin(sandbox, page)
     page.evaluate("() => window.clicks = []")
     action(sandbox, action_type="CLICK", x=ox + 250, y=oy + 200)
     page.wait_for_function("() => window.clicks.length === 1")
     x, y, detail, ctrl, shift = page.evaluate("() => window.clicks[0]")
-    assert abs(x - 250) <= 1 and abs(y - 200) <= 1, (x, y)
+    assert (x, y) == (250, 200)
     assert detail == 1 and not ctrl and not shift
 
 
 def test_click_with_modifiers_and_triple_click(sandbox, page):
-    ox, oy = screen_origin(page)
+    ox, oy = screen_origin(sandbox, page)
     page.evaluate("() => window.clicks = []")
     action(sandbox, action_type="CLICK", x=ox + 300, y=oy + 300, modifiers=["ctrl", "shift"])
     page.wait_for_function("() => window.clicks.length === 1")
@@ -85,47 +102,17 @@ def test_unicode_text_arrives_intact(sandbox, page, use_clipboard):
 
 
 def decode_png_rgb(data: bytes):
-    """Minimal PNG decoder for 8-bit RGB/RGBA, non-interlaced (what sandboxd emits)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, width = 8, b"", 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height, depth, color = struct.unpack(">IIBB", chunk[:10])
-            assert depth == 8 and color in (2, 6), (depth, color)
-            channels = 3 if color == 2 else 4
-        elif kind == b"IDAT":
-            idat += chunk
-        pos += 12 + length
-    raw = zlib.decompress(idat)
-    stride = width * channels
-    rows, prev = [], bytearray(stride)
-    for r in range(height):
-        f = raw[r * (stride + 1)]
-        line = bytearray(raw[r * (stride + 1) + 1:(r + 1) * (stride + 1)])
-        for i in range(stride):
-            a = line[i - channels] if i >= channels else 0
-            b = prev[i]
-            c = prev[i - channels] if i >= channels else 0
-            if f == 1:
-                line[i] = (line[i] + a) & 255
-            elif f == 2:
-                line[i] = (line[i] + b) & 255
-            elif f == 3:
-                line[i] = (line[i] + (a + b) // 2) & 255
-            elif f == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-                line[i] = (line[i] + pred) & 255
-        rows.append(bytes(line))
-        prev = line
-    return width, height, channels, rows
+    """Decodes a PNG into (width, height, channels, rows of RGB bytes)."""
+    image = Image.open(io.BytesIO(data))
+    assert image.format == "PNG"
+    image = image.convert("RGB")
+    width, height = image.size
+    raw = image.tobytes()
+    return width, height, 3, [raw[y * width * 3:(y + 1) * width * 3] for y in range(height)]
 
 
 def test_a_drag_along_a_path_draws_that_path(sandbox, page):
-    ox, oy = screen_origin(page)
+    ox, oy = screen_origin(sandbox, page)
     page.evaluate("() => { window.drag = {down: 0, up: 0, moves: []}; "
                   "document.getElementById('canvas').getContext('2d').clearRect(0, 0, 500, 300); }")
     # A triangle inside the canvas (canvas at page 200,400; +1 px border).
@@ -144,12 +131,8 @@ def test_a_drag_along_a_path_draws_that_path(sandbox, page):
 
     # The red stroke on screen lies on the path: every red pixel is near a segment, and every
     # segment has red pixels along it.
-    status, _ = sandbox.request("GET", "/readyz")
-    assert status == 200
-    import urllib.request
-    req = urllib.request.Request(sandbox.base_url + "/v1/browser/screenshot", headers=sandbox.headers())
-    with urllib.request.urlopen(req, timeout=30) as response:
-        width, height, channels, rows = decode_png_rgb(response.read())
+    page.wait_for_timeout(300)
+    width, height, channels, rows = screenshot(sandbox)
     red = []
     for y in range(int(oy + 401), int(oy + 401 + 300)):
         row = rows[y]

@@ -5,14 +5,16 @@ import base64
 
 import pytest
 from mcp import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 async def with_session(sandbox, body):
-    async with streamablehttp_client(sandbox.base_url + "/mcp", headers=sandbox.headers()) as (read, write, _):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            return await body(session)
+    async with create_mcp_http_client(headers=sandbox.headers()) as http:
+        async with streamable_http_client(sandbox.base_url + "/mcp", http_client=http) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await body(session)
 
 
 def test_tools_are_listed(sandbox):
@@ -29,9 +31,9 @@ def test_screenshot_returns_an_image(sandbox):
         return await session.call_tool("screenshot", {})
 
     result = asyncio.run(with_session(sandbox, body))
-    assert not result.isError
+    assert not result.is_error
     images = [c for c in result.content if c.type == "image"]
-    assert images and images[0].mimeType == "image/png"
+    assert images and images[0].mime_type == "image/png"
     assert base64.b64decode(images[0].data)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -40,7 +42,7 @@ def test_shell_tool_runs_a_command(sandbox):
         return await session.call_tool("shell_exec", {"command": "echo from-mcp; id -un"})
 
     result = asyncio.run(with_session(sandbox, body))
-    assert not result.isError
+    assert not result.is_error
     text = "".join(c.text for c in result.content if c.type == "text")
     assert "from-mcp" in text and "agent" in text
 
@@ -50,7 +52,7 @@ def test_confinement_applies_to_mcp_too(sandbox):
         return await session.call_tool("file_read", {"file": "/etc/shadow"})
 
     result = asyncio.run(with_session(sandbox, body))
-    assert result.isError
+    assert result.is_error
     assert "outside" in "".join(c.text for c in result.content if c.type == "text")
 
 

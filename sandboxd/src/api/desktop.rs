@@ -25,6 +25,12 @@ use crate::desktop_session::DesktopSession;
 const MAX_WAIT: Duration = Duration::from_secs(60);
 /// Longest `WAIT_SETTLED` timeout.
 const MAX_SETTLE: Duration = Duration::from_secs(60);
+/// Pause after each point of a drag (see `desktop::Desktop::drag`).
+const DRAG_STEP: Duration = Duration::from_millis(10);
+/// Longest drag.
+const MAX_DRAG: Duration = Duration::from_secs(60);
+/// Spacing of the points a straight drag is cut into.
+const DRAG_SEGMENT: f64 = 20.0;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -234,7 +240,7 @@ enum Resolved {
     },
     Down(Button),
     Up(Button),
-    Drag(Vec<(i32, i32)>, Button),
+    Drag(Vec<(i32, i32)>, Button, Duration),
     DragFromPointer((i32, i32), Button, bool),
     Scroll {
         at: Option<(i32, i32)>,
@@ -337,8 +343,21 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
         DesktopAction::DragPath {
             path,
             button,
+            step_ms,
             screenshot_id,
         } => {
+            let step = Duration::from_millis(step_ms.unwrap_or(DRAG_STEP.as_millis() as u64));
+            if step > Duration::from_secs(1)
+                || step.saturating_mul(path.len() as u32) > MAX_DRAG
+            {
+                return Err(ApiError::invalid(
+                    "step_ms",
+                    format!(
+                        "step_ms must be at most 1000 and the whole drag at most {} s",
+                        MAX_DRAG.as_secs()
+                    ),
+                ));
+            }
             if path.len() < 2 || path.len() > 10_000 {
                 return Err(ApiError::invalid(
                     "path",
@@ -349,7 +368,7 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
                 .iter()
                 .map(|[x, y]| point(session, *x, *y, screenshot_id))
                 .collect::<Result<Vec<_>, _>>()?;
-            Resolved::Drag(points, button_named(button.as_deref())?)
+            Resolved::Drag(points, button_named(button.as_deref())?, step)
         }
         DesktopAction::Scroll {
             dx,
@@ -425,7 +444,7 @@ fn run(desktop: &desktop::Desktop, action: &Resolved) -> Result<(), DesktopError
         }
         Resolved::Down(button) => desktop.button_down(*button),
         Resolved::Up(button) => desktop.button_up(*button),
-        Resolved::Drag(path, button) => desktop.drag(path, *button),
+        Resolved::Drag(path, button, step) => desktop.drag(path, *button, *step),
         Resolved::DragFromPointer(target, button, relative) => {
             let start = desktop.cursor_position()?;
             let end = if *relative {
@@ -433,7 +452,7 @@ fn run(desktop: &desktop::Desktop, action: &Resolved) -> Result<(), DesktopError
             } else {
                 *target
             };
-            desktop.drag(&[start, end], *button)
+            desktop.drag(&straight_path(start, end), *button, DRAG_STEP)
         }
         Resolved::Scroll { at, dx, dy } => {
             if let Some((x, y)) = at {
@@ -452,6 +471,22 @@ fn run(desktop: &desktop::Desktop, action: &Resolved) -> Result<(), DesktopError
         }
         Resolved::Nothing => Ok(()),
     }
+}
+
+/// The points of a straight drag from `start` to `end`, at most `DRAG_SEGMENT` pixels apart
+/// (and at most 50 of them), so applications see the pointer travel rather than jump.
+fn straight_path(start: (i32, i32), end: (i32, i32)) -> Vec<(i32, i32)> {
+    let (dx, dy) = (f64::from(end.0 - start.0), f64::from(end.1 - start.1));
+    let steps = ((dx.hypot(dy) / DRAG_SEGMENT).ceil() as usize).clamp(1, 50);
+    (0..=steps)
+        .map(|i| {
+            let t = i as f64 / steps as f64;
+            (
+                (f64::from(start.0) + dx * t).round() as i32,
+                (f64::from(start.1) + dy * t).round() as i32,
+            )
+        })
+        .collect()
 }
 
 /// A point in screen pixels: as given, or mapped from the named screenshot's pixels.

@@ -89,6 +89,9 @@ pub enum DesktopAction {
         #[schema(value_type = Vec<Vec<f64>>)]
         path: Vec<PathPoint>,
         button: Option<String>,
+        /// Pause after each point, in milliseconds (default 10), so applications see every
+        /// point instead of coalescing them.
+        step_ms: Option<u64>,
         screenshot_id: Option<u64>,
     },
     /// Scroll in wheel notches (`unit` must be `notches`, the default): positive `dy` scrolls
