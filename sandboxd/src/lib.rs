@@ -9,12 +9,14 @@
 //! - [`pid1`]: reaping scope and termination signals.
 //! - [`activity`]: API activity and the idle dead-man switch.
 //! - [`api`]: the HTTP routes (the only module that knows HTTP).
+//! - [`files`]: the file operations behind `/v1/file/*`, confined to the allowed roots.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`logging`]: tracing setup.
 
 pub mod activity;
 pub mod api;
 pub mod config;
+pub mod files;
 pub mod logging;
 pub mod pid1;
 pub mod system_info;

@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod file;
 pub mod health;
 pub mod openapi;
 pub mod processes;
@@ -41,6 +42,8 @@ pub struct AppState {
     pub supervisor: Arc<Supervisor>,
     pub settings: Arc<Settings>,
     pub activity: Arc<Activity>,
+    /// The file service behind `/v1/file/*` (roots and limits from the settings).
+    pub files: Arc<crate::files::Files>,
     request_ids: Arc<AtomicU64>,
 }
 
@@ -51,6 +54,7 @@ impl AppState {
         activity: Arc<Activity>,
     ) -> Self {
         Self {
+            files: Arc::new(file::service(&settings)),
             supervisor,
             settings,
             activity,
@@ -65,6 +69,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(health::protected_routes())
         .merge(processes::routes())
         .merge(sandbox::routes())
+        .merge(file::routes())
 }
 
 /// The generated OpenAPI document of the whole API.

@@ -6,11 +6,13 @@
 //! `/v1/openapi.json` is generated from these types and the route annotations.
 
 pub mod common;
+pub mod file;
 pub mod health;
 pub mod processes;
 pub mod sandbox;
 
 pub use common::*;
+pub use file::*;
 pub use health::*;
 pub use processes::*;
 pub use sandbox::*;
