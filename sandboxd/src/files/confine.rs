@@ -395,7 +395,12 @@ impl Confinement {
                 match openat2(root, target, how) {
                     Err(Errno::EAGAIN) => continue,
                     Err(Errno::ENOSYS) => {
-                        self.openat2_missing.store(true, Ordering::Relaxed);
+                        if !self.openat2_missing.swap(true, Ordering::Relaxed) {
+                            tracing::info!(
+                                "openat2 is not available; paths are opened one component at a \
+                                 time with O_NOFOLLOW"
+                            );
+                        }
                         break;
                     }
                     // Docker's older seccomp profiles answer EPERM for system calls they do not

@@ -63,8 +63,15 @@ pub struct Tree {
 
 impl Tree {
     pub fn new() -> Self {
-        let root = tempfile::tempdir().expect("temporary root");
-        let outside = tempfile::tempdir().expect("temporary outside");
+        // Named so that trees left by an interrupted fuzz run are easy to find and remove.
+        let root = tempfile::Builder::new()
+            .prefix("agentbox-confine-root-")
+            .tempdir()
+            .expect("temporary root");
+        let outside = tempfile::Builder::new()
+            .prefix("agentbox-confine-outside-")
+            .tempdir()
+            .expect("temporary outside");
         let r = root.path();
         let o = outside.path();
         for dir in ["a", "b", "workspace"] {
