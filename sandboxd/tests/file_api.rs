@@ -330,6 +330,36 @@ async fn write_then_read_text_ranges_and_binary() {
 }
 
 #[tokio::test]
+async fn sockets_and_fifos_are_not_files() {
+    let f = Fixture::new(ROOMY);
+    let socket = f.root.path().join("workspace/api.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let fifo = f.root.path().join("workspace/pipe");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for (route, body) in [
+        ("/v1/file/read", json!({"file": "api.sock"})),
+        ("/v1/file/read", json!({"file": "pipe"})),
+        (
+            "/v1/file/write",
+            json!({"file": "api.sock", "content": "x"}),
+        ),
+        ("/v1/file/write", json!({"file": "pipe", "content": "x"})),
+    ] {
+        // A FIFO must not hang the request, whichever way it is opened.
+        let (status, answer) = f.post(route, body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{route} {body}: {answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .unwrap()
+                .contains("not a regular file")
+        );
+    }
+    let (_, headers, _) = f.download("pipe").await;
+    assert!(!headers.contains_key("content-disposition"));
+}
+
+#[tokio::test]
 async fn replace_and_search_in_a_file() {
     let f = Fixture::new(ROOMY);
     std::fs::write(

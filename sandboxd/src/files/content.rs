@@ -238,7 +238,8 @@ impl Files {
         // O_NONBLOCK: opening a FIFO must not hang; it is refused just below.
         let fd = self
             .confine
-            .open(r, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty())?;
+            .open(r, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty())
+            .map_err(|error| not_a_file_if_device(error, r))?;
         let file = std::fs::File::from(fd);
         let meta = file
             .metadata()
@@ -334,7 +335,8 @@ impl Files {
             };
         let fd = self
             .confine
-            .open(r, flags, Mode::from_bits_truncate(0o666))?;
+            .open(r, flags, Mode::from_bits_truncate(0o666))
+            .map_err(|error| not_a_file_if_device(error, r))?;
         let mut file = std::fs::File::from(fd);
         let meta = file
             .metadata()
@@ -347,6 +349,19 @@ impl Files {
         file.write_all(data)
             .map_err(FileError::io("writing", &r.requested))?;
         Ok(())
+    }
+}
+
+/// Opening a socket, or a FIFO for writing with no reader, fails with ENXIO: report it as what
+/// it is, not as an I/O failure.
+fn not_a_file_if_device(error: ConfineError, r: &Resolved) -> FileError {
+    match &error {
+        ConfineError::Io { source, .. } if source.raw_os_error() == Some(nix::libc::ENXIO) => {
+            FileError::NotAFile {
+                path: r.requested.clone(),
+            }
+        }
+        _ => error.into(),
     }
 }
 
