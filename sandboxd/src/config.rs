@@ -57,7 +57,23 @@ pub struct Settings {
     /// Browser origins allowed to call `/mcp` (`SANDBOXD_MCP_ALLOWED_ORIGINS`, comma-separated,
     /// e.g. `https://app.example.com:443`); by default any request with an `Origin` is refused.
     pub mcp_allowed_origins: Vec<String>,
+    /// The directories the file API may touch (`SANDBOXD_FILE_ROOTS`, absolute paths separated
+    /// by `:`; default `$HOME:/tmp`).
+    pub file_roots: Vec<PathBuf>,
+    /// The most one file read returns (`SANDBOXD_MAX_READ_BYTES`; `10M`, `1048576`, ...).
+    pub max_read_bytes: u64,
+    /// The most one file write puts in a file (`SANDBOXD_MAX_WRITE_BYTES`).
+    pub max_write_bytes: u64,
+    /// The largest upload (`SANDBOXD_MAX_UPLOAD_BYTES`).
+    pub max_upload_bytes: u64,
 }
+
+/// Default of `SANDBOXD_MAX_READ_BYTES`.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 10 << 20;
+/// Default of `SANDBOXD_MAX_WRITE_BYTES`.
+pub const DEFAULT_MAX_WRITE_BYTES: u64 = 10 << 20;
+/// Default of `SANDBOXD_MAX_UPLOAD_BYTES`.
+pub const DEFAULT_MAX_UPLOAD_BYTES: u64 = 1 << 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Screen {
@@ -119,6 +135,10 @@ impl Settings {
                 message: "must be at least 1024".into(),
             });
         }
+        let file_roots = match get("SANDBOXD_FILE_ROOTS") {
+            None => vec![home_dir.clone(), PathBuf::from("/tmp")],
+            Some(text) => parse_roots(&text)?,
+        };
         let api_key = match get("SANDBOX_API_KEY_FILE") {
             Some(path) => Some(read_key_file(&path)?),
             None => get("SANDBOX_API_KEY"),
@@ -151,6 +171,14 @@ impl Settings {
                         .collect()
                 })
                 .unwrap_or_default(),
+            file_roots,
+            max_read_bytes: byte_size(&get, "SANDBOXD_MAX_READ_BYTES", DEFAULT_MAX_READ_BYTES)?,
+            max_write_bytes: byte_size(&get, "SANDBOXD_MAX_WRITE_BYTES", DEFAULT_MAX_WRITE_BYTES)?,
+            max_upload_bytes: byte_size(
+                &get,
+                "SANDBOXD_MAX_UPLOAD_BYTES",
+                DEFAULT_MAX_UPLOAD_BYTES,
+            )?,
         })
     }
 }
@@ -184,6 +212,47 @@ where
         Some(text) => text.trim().parse().map(Some).map_err(|e| SettingsError {
             name,
             message: format!("cannot parse {text:?}: {e}"),
+        }),
+    }
+}
+
+fn parse_roots(text: &str) -> Result<Vec<PathBuf>, SettingsError> {
+    let mut roots = Vec::new();
+    for entry in text.split(':').map(str::trim).filter(|e| !e.is_empty()) {
+        if !entry.starts_with('/') {
+            return Err(SettingsError {
+                name: "SANDBOXD_FILE_ROOTS",
+                message: format!("{entry:?} is not an absolute path"),
+            });
+        }
+        roots.push(PathBuf::from(entry));
+    }
+    if roots.is_empty() {
+        return Err(SettingsError {
+            name: "SANDBOXD_FILE_ROOTS",
+            message: "names no directory".into(),
+        });
+    }
+    Ok(roots)
+}
+
+fn byte_size(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: u64,
+) -> Result<u64, SettingsError> {
+    let Some(text) = get(name) else {
+        return Ok(default);
+    };
+    match crate::files::size::parse_byte_size(&text) {
+        Some(0) => Err(SettingsError {
+            name,
+            message: "must be at least 1 byte".into(),
+        }),
+        Some(bytes) => Ok(bytes),
+        None => Err(SettingsError {
+            name,
+            message: format!("cannot parse {text:?} as a size (such as 1048576, 500K or 10M)"),
         }),
     }
 }
@@ -246,6 +315,30 @@ mod tests {
             }
         );
         assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(
+            s.file_roots,
+            vec![PathBuf::from("/home/agent"), PathBuf::from("/tmp")]
+        );
+        assert_eq!(s.max_read_bytes, DEFAULT_MAX_READ_BYTES);
+        assert_eq!(s.max_upload_bytes, DEFAULT_MAX_UPLOAD_BYTES);
+    }
+
+    #[test]
+    fn file_settings() {
+        let s = settings(&[
+            ("SANDBOXD_FILE_ROOTS", "/srv/a: /b/ :"),
+            ("SANDBOXD_MAX_READ_BYTES", "1M"),
+            ("SANDBOXD_MAX_WRITE_BYTES", "4096"),
+            ("SANDBOXD_MAX_UPLOAD_BYTES", "2G"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.file_roots,
+            vec![PathBuf::from("/srv/a"), PathBuf::from("/b/")]
+        );
+        assert_eq!(s.max_read_bytes, 1 << 20);
+        assert_eq!(s.max_write_bytes, 4096);
+        assert_eq!(s.max_upload_bytes, 2 << 30);
     }
 
     #[test]
@@ -266,6 +359,23 @@ mod tests {
             (
                 vec![("SANDBOXD_LOG_MAX_BYTES", "10")],
                 "SANDBOXD_LOG_MAX_BYTES",
+            ),
+            (
+                vec![("SANDBOXD_FILE_ROOTS", "relative")],
+                "SANDBOXD_FILE_ROOTS",
+            ),
+            (vec![("SANDBOXD_FILE_ROOTS", ":::")], "SANDBOXD_FILE_ROOTS"),
+            (
+                vec![("SANDBOXD_MAX_READ_BYTES", "lots")],
+                "SANDBOXD_MAX_READ_BYTES",
+            ),
+            (
+                vec![("SANDBOXD_MAX_WRITE_BYTES", "0")],
+                "SANDBOXD_MAX_WRITE_BYTES",
+            ),
+            (
+                vec![("SANDBOXD_MAX_UPLOAD_BYTES", "1.5G")],
+                "SANDBOXD_MAX_UPLOAD_BYTES",
             ),
         ] {
             let err = settings(&vars).unwrap_err();

@@ -11,6 +11,7 @@
 //! - [`api`]: the HTTP routes (the only module that knows HTTP).
 //! - [`shell`]: shell sessions, their commands, and interactive terminals.
 //! - [`desktop_session`]: the lazily opened X display connection and recent screenshots' transforms.
+//! - [`files`]: the file operations behind `/v1/file/*`, confined to the allowed roots.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`logging`]: tracing setup.
 
@@ -18,6 +19,7 @@ pub mod activity;
 pub mod api;
 pub mod config;
 pub mod desktop_session;
+pub mod files;
 pub mod logging;
 pub mod pid1;
 pub mod shell;

@@ -347,9 +347,7 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
             screenshot_id,
         } => {
             let step = Duration::from_millis(step_ms.unwrap_or(DRAG_STEP.as_millis() as u64));
-            if step > Duration::from_secs(1)
-                || step.saturating_mul(path.len() as u32) > MAX_DRAG
-            {
+            if step > Duration::from_secs(1) || step.saturating_mul(path.len() as u32) > MAX_DRAG {
                 return Err(ApiError::invalid(
                     "step_ms",
                     format!(

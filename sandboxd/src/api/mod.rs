@@ -12,6 +12,7 @@ pub mod auth;
 pub mod desktop;
 pub mod error;
 pub mod extract;
+pub mod file;
 pub mod health;
 pub mod mcp;
 pub mod openapi;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub activity: Arc<Activity>,
     pub shell: Arc<Shell>,
     pub desktop: Arc<DesktopSession>,
+    /// The file service behind `/v1/file/*` (roots and limits from the settings).
+    pub files: Arc<crate::files::Files>,
     request_ids: Arc<AtomicU64>,
 }
 
@@ -63,6 +66,7 @@ impl AppState {
         ));
         let desktop = Arc::new(DesktopSession::new(settings.display.clone()));
         Self {
+            files: Arc::new(file::service(&settings)),
             supervisor,
             settings,
             activity,
@@ -87,6 +91,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(desktop::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
+        .merge(file::routes())
 }
 
 /// The generated OpenAPI document of the whole API.

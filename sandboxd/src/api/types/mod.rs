@@ -7,6 +7,7 @@
 
 pub mod common;
 pub mod desktop;
+pub mod file;
 pub mod health;
 pub mod processes;
 pub mod sandbox;
@@ -14,6 +15,7 @@ pub mod shell;
 
 pub use common::*;
 pub use desktop::*;
+pub use file::*;
 pub use health::*;
 pub use processes::*;
 pub use sandbox::*;
