@@ -5,11 +5,13 @@
 //! extra ones) and accept `null` for every optional field. The OpenAPI document at
 //! `/v1/openapi.json` is generated from these types and the route annotations.
 
+pub mod activity;
 pub mod common;
 pub mod health;
 pub mod processes;
 pub mod sandbox;
 
+pub use activity::*;
 pub use common::*;
 pub use health::*;
 pub use processes::*;
