@@ -55,6 +55,13 @@ prepare() {
   ensure_docker || return 1
   ensure_command debootstrap debootstrap || return 1
   ensure_command curl curl || return 1
+  # The orchestrator's store tests start a throwaway Postgres cluster.
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    ensure_command /usr/lib/postgresql/nonexistent postgresql || return 1
+  fi
+  ensure_command docker-compose docker-compose || return 1
+  ensure_command python3 python3 || return 1
+  python3 -c 'import venv, ensurepip' 2>/dev/null || ensure_command /nonexistent/python3-venv python3-venv || return 1
   if ! cargo nextest --version >/dev/null 2>&1; then
     log "installing cargo-nextest"
     cargo install --locked cargo-nextest >&2 || return 1
@@ -73,6 +80,17 @@ log "== tests (unit, router and end-to-end)"
 nextest || failures+=("nextest")
 step "benchmark harness smoke run (startup, 1 iteration)" \
   cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
+step "compose.yaml is valid" docker-compose config -q
+step "build the orchestrator image" images/build-orchestrator.sh
+python_clients() {
+  [ -x .venv/bin/pytest ] || python3 -m venv .venv || return 1
+  .venv/bin/pip install -q -r tests/python/requirements.txt || return 1
+  ORCHESTRATOR_BIN="$root/target/release/orchestrator" .venv/bin/pytest -q tests/python
+}
+step "Python clients through the orchestrator (agent-sandbox SDK, Playwright)" python_clients
+step "benchmark harness smoke run (orchestrator)" \
+  cargo run --locked --release -q -p agentbox-bench --bin orchestrator -- \
+  --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
 
 log "finished in $(( $(date +%s) - started )) s"
 if [ ${#failures[@]} -gt 0 ]; then

@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// /dev/shm size per sandbox, MiB (Chromium needs more than Docker's 64).
     #[arg(long, env = "AGENTBOX_SANDBOX_SHM_MIB", default_value_t = 512)]
     pub shm_mib: u64,
+    /// Sandboxes booting at the same time (0: one per CPU, at least 2). Further creates wait
+    /// their turn: a desktop and a browser starting at once on every core would slow every
+    /// start until sandboxd's own readiness limits give up.
+    #[arg(long, env = "AGENTBOX_MAX_CONCURRENT_STARTS", default_value_t = 0)]
+    pub max_concurrent_starts: usize,
     /// Idle timeout when a request gives none, seconds.
     #[arg(long, env = "AGENTBOX_IDLE_TIMEOUT_SECS", default_value_t = 600)]
     pub idle_timeout_secs: i64,
@@ -108,6 +113,7 @@ pub struct Settings {
     pub network: String,
     pub instance: Option<String>,
     pub pool_size: usize,
+    pub max_concurrent_starts: usize,
     pub limits: Limits,
     pub idle_timeout_secs: i64,
     pub max_lifetime_secs: i64,
@@ -189,6 +195,11 @@ impl ServeArgs {
             network: self.network,
             instance: self.instance.filter(|i| !i.is_empty()),
             pool_size: self.pool_size,
+            max_concurrent_starts: if self.max_concurrent_starts == 0 {
+                std::thread::available_parallelism().map_or(2, |n| n.get()).max(2)
+            } else {
+                self.max_concurrent_starts
+            },
             limits: Limits {
                 memory_mib: self.memory_mib,
                 cpus: self.cpus,

@@ -129,6 +129,8 @@ pub struct Sandboxes {
     pub(crate) pool: Pool,
     /// Sandboxes being deleted right now (so the API and the reaper do not race).
     deleting: Mutex<HashSet<String>>,
+    /// Admission control for starts (`--max-concurrent-starts`), first come first served.
+    starts: tokio::sync::Semaphore,
 }
 
 impl Sandboxes {
@@ -140,6 +142,7 @@ impl Sandboxes {
         signer: TokenSigner,
     ) -> Arc<Self> {
         let pool = Pool::new(settings.image.clone(), settings.pool_size);
+        let starts = tokio::sync::Semaphore::new(settings.max_concurrent_starts.max(1));
         Arc::new(Self {
             store,
             backend,
@@ -150,6 +153,7 @@ impl Sandboxes {
             signer,
             pool,
             deleting: Mutex::new(HashSet::new()),
+            starts,
         })
     }
 
@@ -276,8 +280,19 @@ impl Sandboxes {
 
     /// Inserts the record, starts its container and waits until sandboxd is ready. On failure
     /// the container and the row are removed and the error carries the container's last output.
-    pub(crate) async fn start(&self, mut record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
+    pub(crate) async fn start(&self, record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
         self.store.insert_sandbox(&record).await?;
+        let permit = self.starts.acquire().await;
+        let result = self.boot(record.clone()).await;
+        drop(permit);
+        if result.is_err() {
+            let _ = self.store.delete_sandbox(&record.id).await;
+        }
+        result
+    }
+
+    /// Starts the container of an inserted record and waits until sandboxd is ready.
+    async fn boot(&self, mut record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
         let mut env = record.env.clone();
         if let Some(resolution) = &record.resolution {
             let (width, height) = parse_resolution(resolution)?;

@@ -11,7 +11,6 @@
 //! Idleness is "no activity for `idle_timeout_secs` and no open session through the proxies".
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::future::join_all;
 
@@ -165,9 +164,4 @@ impl Sandboxes {
         self.pool.forget(&record.id);
         self.metrics.sandbox_ended(EndReason::Lost);
     }
-}
-
-/// Sleeps a little, for loops that poll.
-pub async fn pause(ms: u64) {
-    tokio::time::sleep(Duration::from_millis(ms)).await;
 }
