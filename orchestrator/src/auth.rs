@@ -80,7 +80,11 @@ impl ApiKeys {
     }
 
     /// Creates a key; returns its record and its text (shown once, never stored).
-    pub async fn create(&self, name: &str, is_admin: bool) -> Result<(ApiKeyRecord, String), KeyError> {
+    pub async fn create(
+        &self,
+        name: &str,
+        is_admin: bool,
+    ) -> Result<(ApiKeyRecord, String), KeyError> {
         let name = name.trim();
         if name.is_empty() || name.chars().count() > 100 {
             return Err(KeyError::BadName);
@@ -119,12 +123,10 @@ impl ApiKeys {
                 record
             }
         };
-        Ok(record
-            .filter(|r| r.revoked_at.is_none())
-            .map(|r| Caller {
-                key_id: r.id,
-                is_admin: r.is_admin,
-            }))
+        Ok(record.filter(|r| r.revoked_at.is_none()).map(|r| Caller {
+            key_id: r.id,
+            is_admin: r.is_admin,
+        }))
     }
 
     pub async fn list(&self) -> Result<Vec<ApiKeyRecord>, KeyError> {

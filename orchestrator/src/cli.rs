@@ -14,12 +14,21 @@ use serde_json::{Value, json};
 use crate::config::ServeArgs;
 
 #[derive(Debug, Parser)]
-#[command(name = "orchestrator", version, about = "Agentbox orchestrator: one sandbox container per task")]
+#[command(
+    name = "orchestrator",
+    version,
+    about = "Agentbox orchestrator: one sandbox container per task"
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Server URL for the client commands.
-    #[arg(long, global = true, env = "AGENTBOX_URL", default_value = "http://127.0.0.1:8090")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTBOX_URL",
+        default_value = "http://127.0.0.1:8090"
+    )]
     url: String,
     /// API key for the client commands.
     #[arg(long, global = true, env = "AGENTBOX_API_KEY", hide_env_values = true)]
@@ -118,7 +127,10 @@ fn parse_pair(text: &str) -> Result<(String, String), String> {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("orchestrator: cannot start the async runtime: {error}");
@@ -136,7 +148,11 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let Cli { command, url, api_key } = cli;
+    let Cli {
+        command,
+        url,
+        api_key,
+    } = cli;
     if let Command::Serve(args) = command {
         let format = args.log_format;
         crate::logging::init(format);
@@ -150,10 +166,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox(command) => sandbox(&client, command).await,
         Command::Token { id, scope, ttl } => {
             let token = client
-                .send(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/tokens"), Some(json!({"scope": scope, "ttl_secs": ttl})))
+                .send(
+                    reqwest::Method::POST,
+                    &format!("/v1/sandboxes/{id}/tokens"),
+                    Some(json!({"scope": scope, "ttl_secs": ttl})),
+                )
                 .await?;
             println!("{}", token["viewer_url"].as_str().unwrap_or_default());
-            eprintln!("token {} ({}), expires {}", token["id"].as_str().unwrap_or(""), scope, token["expires_at"].as_str().unwrap_or(""));
+            eprintln!(
+                "token {} ({}), expires {}",
+                token["id"].as_str().unwrap_or(""),
+                scope,
+                token["expires_at"].as_str().unwrap_or("")
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Keys(command) => keys(&client, command).await,
@@ -162,7 +187,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<ExitCode> {
     match command {
-        SandboxCommand::Create { image, resolution, idle_timeout, lifetime, env, metadata, json } => {
+        SandboxCommand::Create {
+            image,
+            resolution,
+            idle_timeout,
+            lifetime,
+            env,
+            metadata,
+            json,
+        } => {
             let body = json!({
                 "image": image,
                 "resolution": resolution,
@@ -172,7 +205,9 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
                 "metadata": metadata.into_iter().collect::<BTreeMap<_, _>>(),
             });
             let progress = Progress::start("creating sandbox");
-            let result = client.send(reqwest::Method::POST, "/v1/sandboxes", Some(body)).await;
+            let result = client
+                .send(reqwest::Method::POST, "/v1/sandboxes", Some(body))
+                .await;
             progress.finish(result.is_ok());
             let sandbox = result?;
             if json {
@@ -185,22 +220,42 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
             }
             Ok(ExitCode::SUCCESS)
         }
-        SandboxCommand::Ls { status, metadata, json } => {
+        SandboxCommand::Ls {
+            status,
+            metadata,
+            json,
+        } => {
             let mut query: Vec<(String, String)> = Vec::new();
             if let Some(status) = status {
                 query.push(("status".into(), status));
             }
-            query.extend(metadata.into_iter().map(|(k, v)| (format!("metadata.{k}"), v)));
+            query.extend(
+                metadata
+                    .into_iter()
+                    .map(|(k, v)| (format!("metadata.{k}"), v)),
+            );
             let query = serde_urlencoded::to_string(&query)?;
-            let list = client.send(reqwest::Method::GET, &format!("/v1/sandboxes?{query}"), None).await?;
+            let list = client
+                .send(
+                    reqwest::Method::GET,
+                    &format!("/v1/sandboxes?{query}"),
+                    None,
+                )
+                .await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("{:<26} {:<9} {:<25} {:<25} METADATA", "ID", "STATUS", "CREATED", "EXPIRES");
+            println!(
+                "{:<26} {:<9} {:<25} {:<25} METADATA",
+                "ID", "STATUS", "CREATED", "EXPIRES"
+            );
             for s in list["sandboxes"].as_array().into_iter().flatten() {
                 let metadata = s["metadata"].as_object().map(|m| {
-                    m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(",")
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect::<Vec<_>>()
+                        .join(",")
                 });
                 println!(
                     "{:<26} {:<9} {:<25} {:<25} {}",
@@ -216,7 +271,14 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
         SandboxCommand::Rm { ids } => {
             let mut failed = false;
             for id in ids {
-                match client.send(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"), None).await {
+                match client
+                    .send(
+                        reqwest::Method::DELETE,
+                        &format!("/v1/sandboxes/{id}"),
+                        None,
+                    )
+                    .await
+                {
                     Ok(_) => println!("removed {id}"),
                     Err(error) => {
                         eprintln!("{id}: {error:#}");
@@ -224,10 +286,18 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
                     }
                 }
             }
-            Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         SandboxCommand::Exec { id, cwd, command } => {
-            let command = command.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ");
+            let command = command
+                .iter()
+                .map(|a| shell_quote(a))
+                .collect::<Vec<_>>()
+                .join(" ");
             let progress = Progress::start("running");
             let result = client
                 .send(
@@ -244,9 +314,19 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
                 let _ = std::io::stdout().flush();
             }
             if answer["success"] == Value::Bool(false) {
-                eprintln!("{}", answer["message"].as_str().unwrap_or("the command failed"));
+                eprintln!(
+                    "{}",
+                    answer["message"].as_str().unwrap_or("the command failed")
+                );
             }
-            let code = data["exit_code"].as_i64().unwrap_or(if answer["success"] == Value::Bool(true) { 0 } else { 1 });
+            let code =
+                data["exit_code"]
+                    .as_i64()
+                    .unwrap_or(if answer["success"] == Value::Bool(true) {
+                        0
+                    } else {
+                        1
+                    });
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
     }
@@ -256,14 +336,24 @@ async fn keys(client: &Client, command: KeysCommand) -> anyhow::Result<ExitCode>
     match command {
         KeysCommand::Create { name, admin } => {
             let key = client
-                .send(reqwest::Method::POST, "/v1/keys", Some(json!({"name": name, "admin": admin})))
+                .send(
+                    reqwest::Method::POST,
+                    "/v1/keys",
+                    Some(json!({"name": name, "admin": admin})),
+                )
                 .await?;
             println!("{}", key["key"].as_str().unwrap_or_default());
-            eprintln!("key id {} (shown once: store it now)", key["id"].as_str().unwrap_or(""));
+            eprintln!(
+                "key id {} (shown once: store it now)",
+                key["id"].as_str().unwrap_or("")
+            );
         }
         KeysCommand::Ls => {
             let list = client.send(reqwest::Method::GET, "/v1/keys", None).await?;
-            println!("{:<26} {:<6} {:<25} {:<25} NAME", "ID", "ADMIN", "CREATED", "REVOKED");
+            println!(
+                "{:<26} {:<6} {:<25} {:<25} NAME",
+                "ID", "ADMIN", "CREATED", "REVOKED"
+            );
             for k in list["keys"].as_array().into_iter().flatten() {
                 println!(
                     "{:<26} {:<6} {:<25} {:<25} {}",
@@ -276,7 +366,9 @@ async fn keys(client: &Client, command: KeysCommand) -> anyhow::Result<ExitCode>
             }
         }
         KeysCommand::Rm { id } => {
-            client.send(reqwest::Method::DELETE, &format!("/v1/keys/{id}"), None).await?;
+            client
+                .send(reqwest::Method::DELETE, &format!("/v1/keys/{id}"), None)
+                .await?;
             println!("revoked {id}");
         }
     }
@@ -285,7 +377,11 @@ async fn keys(client: &Client, command: KeysCommand) -> anyhow::Result<ExitCode>
 
 /// Quotes a word for a POSIX shell.
 fn shell_quote(word: &str) -> String {
-    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+    {
         word.to_string()
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
@@ -302,26 +398,46 @@ struct Client {
 impl Client {
     fn new(base: &str, key: Option<String>) -> anyhow::Result<Self> {
         Ok(Self {
-            http: reqwest::Client::builder().timeout(Duration::from_secs(600)).build()?,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(600))
+                .build()?,
             base: base.trim_end_matches('/').to_string(),
             key,
         })
     }
 
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
         let Some(key) = &self.key else {
             bail!("no API key: pass --api-key or set AGENTBOX_API_KEY");
         };
-        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(key);
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(key);
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.with_context(|| format!("reaching {}", self.base))?;
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("reaching {}", self.base))?;
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
-        let value: Value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let value: Value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
         if !status.is_success() {
-            let message = value["error"]["message"].as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+            let message = value["error"]["message"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| value.to_string());
             let mut error = format!("{status}: {message}");
             if let Some(logs) = value["error"]["logs"].as_str() {
                 error.push_str(&format!("\ncontainer output:\n{logs}"));
@@ -351,7 +467,11 @@ impl Progress {
                 let frames = ['|', '/', '-', '\\'];
                 let mut i = 0;
                 loop {
-                    eprint!("\r{} {what}... {:.1} s ", frames[i % 4], started.elapsed().as_secs_f64());
+                    eprint!(
+                        "\r{} {what}... {:.1} s ",
+                        frames[i % 4],
+                        started.elapsed().as_secs_f64()
+                    );
                     i += 1;
                     tokio::select! {
                         _ = &mut stopped => break,
@@ -363,7 +483,13 @@ impl Progress {
         if !tty {
             eprintln!("{what}...");
         }
-        Self { stop: Some(stop), task, started, what, tty }
+        Self {
+            stop: Some(stop),
+            task,
+            started,
+            what,
+            tty,
+        }
     }
 
     fn finish(mut self, ok: bool) {
@@ -377,7 +503,11 @@ impl Progress {
         if self.tty {
             eprint!("\r\x1b[2K");
         }
-        eprintln!("{} {verdict} in {:.1} s", self.what, self.started.elapsed().as_secs_f64());
+        eprintln!(
+            "{} {verdict} in {:.1} s",
+            self.what,
+            self.started.elapsed().as_secs_f64()
+        );
     }
 }
 
@@ -396,9 +526,37 @@ mod tests {
 
     #[test]
     fn the_command_line_parses() {
-        Cli::try_parse_from(["orchestrator", "sandbox", "create", "--env", "A=1", "--metadata", "team=x"]).unwrap();
-        Cli::try_parse_from(["orchestrator", "sandbox", "exec", "sbx-1", "--", "ls", "-la"]).unwrap();
-        Cli::try_parse_from(["orchestrator", "serve", "--listen", "127.0.0.1:0", "--pool-size", "0"]).unwrap();
-        assert!(Cli::try_parse_from(["orchestrator", "sandbox", "create", "--env", "novalue"]).is_err());
+        Cli::try_parse_from([
+            "orchestrator",
+            "sandbox",
+            "create",
+            "--env",
+            "A=1",
+            "--metadata",
+            "team=x",
+        ])
+        .unwrap();
+        Cli::try_parse_from([
+            "orchestrator",
+            "sandbox",
+            "exec",
+            "sbx-1",
+            "--",
+            "ls",
+            "-la",
+        ])
+        .unwrap();
+        Cli::try_parse_from([
+            "orchestrator",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--pool-size",
+            "0",
+        ])
+        .unwrap();
+        assert!(
+            Cli::try_parse_from(["orchestrator", "sandbox", "create", "--env", "novalue"]).is_err()
+        );
     }
 }

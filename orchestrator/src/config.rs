@@ -38,11 +38,19 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTBOX_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Sandbox image used when a request names none.
-    #[arg(long, env = "AGENTBOX_SANDBOX_IMAGE", default_value = "agentbox/sandbox:latest")]
+    #[arg(
+        long,
+        env = "AGENTBOX_SANDBOX_IMAGE",
+        default_value = "agentbox/sandbox:latest"
+    )]
     pub image: String,
     /// Further images a request may name (comma-separated in the environment). The default
     /// image is always allowed; nothing else is unless listed.
-    #[arg(long = "allow-image", env = "AGENTBOX_ALLOWED_IMAGES", value_delimiter = ',')]
+    #[arg(
+        long = "allow-image",
+        env = "AGENTBOX_ALLOWED_IMAGES",
+        value_delimiter = ','
+    )]
     pub allowed_images: Vec<String>,
     /// Docker bridge network for sandboxes (created with inter-container traffic disabled).
     #[arg(long, env = "AGENTBOX_NETWORK", default_value = "agentbox")]
@@ -155,10 +163,16 @@ impl ServeArgs {
             return Err(invalid("heartbeat-secs", "must be at least 1"));
         }
         if self.idle_timeout_secs < 1 || self.idle_timeout_secs > self.lifetime_cap_secs {
-            return Err(invalid("idle-timeout-secs", "must be between 1 and the lifetime cap"));
+            return Err(invalid(
+                "idle-timeout-secs",
+                "must be between 1 and the lifetime cap",
+            ));
         }
         if self.max_lifetime_secs < 1 || self.max_lifetime_secs > self.lifetime_cap_secs {
-            return Err(invalid("max-lifetime-secs", "must be between 1 and the lifetime cap"));
+            return Err(invalid(
+                "max-lifetime-secs",
+                "must be between 1 and the lifetime cap",
+            ));
         }
         if self.reaper_interval_ms < 50 {
             return Err(invalid("reaper-interval-ms", "must be at least 50"));
@@ -167,7 +181,13 @@ impl ServeArgs {
             return Err(invalid("network", "must not be empty"));
         }
         let database_url = match self.database_url.filter(|u| !u.is_empty()) {
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") || url.starts_with("sqlite:") => url,
+            Some(url)
+                if url.starts_with("postgres://")
+                    || url.starts_with("postgresql://")
+                    || url.starts_with("sqlite:") =>
+            {
+                url
+            }
             Some(_) => {
                 return Err(invalid(
                     "database-url",
@@ -191,12 +211,18 @@ impl ServeArgs {
             database_url,
             public_url,
             image: self.image,
-            allowed_images: self.allowed_images.into_iter().filter(|i| !i.is_empty()).collect(),
+            allowed_images: self
+                .allowed_images
+                .into_iter()
+                .filter(|i| !i.is_empty())
+                .collect(),
             network: self.network,
             instance: self.instance.filter(|i| !i.is_empty()),
             pool_size: self.pool_size,
             max_concurrent_starts: if self.max_concurrent_starts == 0 {
-                std::thread::available_parallelism().map_or(2, |n| n.get()).max(2)
+                std::thread::available_parallelism()
+                    .map_or(2, |n| n.get())
+                    .max(2)
             } else {
                 self.max_concurrent_starts
             },

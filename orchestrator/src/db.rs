@@ -157,7 +157,10 @@ impl std::fmt::Debug for Store {
 
 /// The SQLite URL for a data directory.
 pub fn sqlite_url(data_dir: &Path) -> String {
-    format!("sqlite://{}?mode=rwc", data_dir.join("orchestrator.db").display())
+    format!(
+        "sqlite://{}?mode=rwc",
+        data_dir.join("orchestrator.db").display()
+    )
 }
 
 /// A database URL with any password replaced, for logs and errors.
@@ -219,12 +222,14 @@ impl Store {
 
     /// Stores `value` under `name` unless a value is there; returns the stored value.
     pub async fn setting_or_insert(&self, name: &str, value: &str) -> Result<String> {
-        sqlx::query("INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
-            .bind(name)
-            .bind(value)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error("insert setting"))?;
+        sqlx::query(
+            "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("insert setting"))?;
         let row = sqlx::query("SELECT value FROM settings WHERE name = $1")
             .bind(name)
             .fetch_one(&self.pool)
@@ -281,19 +286,19 @@ impl Store {
             .fetch_one(&self.pool)
             .await
             .map_err(query_error("count api keys"))?;
-        row.try_get::<i64, _>(0).map_err(query_error("count api keys"))
+        row.try_get::<i64, _>(0)
+            .map_err(query_error("count api keys"))
     }
 
     /// Marks a key revoked; false when there is no such (unrevoked) key.
     pub async fn revoke_key(&self, id: &str, at: i64) -> Result<bool> {
-        let done = sqlx::query(
-            "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
-        )
-        .bind(at)
-        .bind(id)
-        .execute(&self.pool)
-        .await
-        .map_err(query_error("revoke api key"))?;
+        let done =
+            sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+                .bind(at)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(query_error("revoke api key"))?;
         Ok(done.rows_affected() > 0)
     }
 
@@ -526,15 +531,17 @@ impl Store {
         at: i64,
     ) -> Result<u64> {
         let done = match token_id {
-            Some(token_id) => sqlx::query(
-                "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND id = $3 \
+            Some(token_id) => {
+                sqlx::query(
+                    "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND id = $3 \
                  AND revoked_at IS NULL",
-            )
-            .bind(at)
-            .bind(sandbox_id)
-            .bind(token_id)
-            .execute(&self.pool)
-            .await,
+                )
+                .bind(at)
+                .bind(sandbox_id)
+                .bind(token_id)
+                .execute(&self.pool)
+                .await
+            }
             None => sqlx::query(
                 "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND revoked_at IS NULL",
             )

@@ -38,8 +38,12 @@ use crate::config::Settings;
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     if settings.database_url.starts_with("sqlite:") {
-        std::fs::create_dir_all(&settings.data_dir)
-            .with_context(|| format!("creating the data directory {}", settings.data_dir.display()))?;
+        std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+            format!(
+                "creating the data directory {}",
+                settings.data_dir.display()
+            )
+        })?;
     }
     let store = db::Store::connect(&settings.database_url).await?;
     tracing::info!(database = %db::redact_url(&settings.database_url), "database ready");
@@ -55,7 +59,11 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let signer = tokens::TokenSigner::new(signing_key.as_bytes());
     let instance = match &settings.instance {
         Some(instance) => instance.clone(),
-        None => store.setting_or_insert("instance_id", &secret::new_id("")).await?,
+        None => {
+            store
+                .setting_or_insert("instance_id", &secret::new_id(""))
+                .await?
+        }
     };
 
     let backend = DockerBackend::connect(&settings.network, &instance).await?;
@@ -73,7 +81,13 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
 
     let metrics = Arc::new(metrics::Metrics::new());
     let settings = Arc::new(settings);
-    let sandboxes = sandboxes::Sandboxes::new(store.clone(), backend, settings.clone(), metrics.clone(), signer);
+    let sandboxes = sandboxes::Sandboxes::new(
+        store.clone(),
+        backend,
+        settings.clone(),
+        metrics.clone(),
+        signer,
+    );
     sandboxes.reconcile().await?;
 
     tokio::spawn(sandboxes.clone().reap_forever());

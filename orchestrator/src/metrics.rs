@@ -78,26 +78,58 @@ impl Metrics {
         let mut registry = Registry::with_prefix("agentbox");
         let http_requests = Family::<HttpLabels, Counter>::default();
         let http_seconds =
-            Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
+            Family::<RouteLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                duration_histogram,
+            );
         let creates = Family::<CreateLabels, Counter>::default();
         let create_seconds =
-            Family::<SourceLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram);
+            Family::<SourceLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                duration_histogram,
+            );
         let ended = Family::<ReasonLabels, Counter>::default();
         let sandboxes_live = Gauge::default();
         let pool_ready = Gauge::default();
         let proxy_sessions = Family::<KindLabels, Gauge>::default();
-        registry.register("http_requests", "HTTP requests answered", http_requests.clone());
-        registry.register("http_request_duration_seconds", "HTTP request latency", http_seconds.clone());
-        registry.register("sandbox_creates", "Sandbox creations by source and outcome", creates.clone());
+        registry.register(
+            "http_requests",
+            "HTTP requests answered",
+            http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            http_seconds.clone(),
+        );
+        registry.register(
+            "sandbox_creates",
+            "Sandbox creations by source and outcome",
+            creates.clone(),
+        );
         registry.register(
             "sandbox_create_duration_seconds",
             "Time from a create request to a ready sandbox",
             create_seconds.clone(),
         );
-        registry.register("sandboxes_ended", "Sandboxes removed, by reason", ended.clone());
-        registry.register("sandboxes_live", "Ready sandboxes handed out", sandboxes_live.clone());
-        registry.register("pool_ready", "Ready sandboxes waiting in the warm pool", pool_ready.clone());
-        registry.register("proxy_sessions", "Open proxied WebSocket sessions", proxy_sessions.clone());
+        registry.register(
+            "sandboxes_ended",
+            "Sandboxes removed, by reason",
+            ended.clone(),
+        );
+        registry.register(
+            "sandboxes_live",
+            "Ready sandboxes handed out",
+            sandboxes_live.clone(),
+        );
+        registry.register(
+            "pool_ready",
+            "Ready sandboxes waiting in the warm pool",
+            pool_ready.clone(),
+        );
+        registry.register(
+            "proxy_sessions",
+            "Open proxied WebSocket sessions",
+            proxy_sessions.clone(),
+        );
         Self {
             registry,
             http_requests,
@@ -144,7 +176,9 @@ impl Metrics {
             })
             .inc();
         self.http_seconds
-            .get_or_create(&RouteLabels { route: route.into() })
+            .get_or_create(&RouteLabels {
+                route: route.into(),
+            })
             .observe(took.as_secs_f64());
     }
 
@@ -187,11 +221,24 @@ mod tests {
         metrics.sandbox_ended(EndReason::Idle);
         let session = metrics.session("vnc");
         let text = metrics.render();
-        assert!(text.contains("agentbox_sandbox_creates_total{source=\"cold\",outcome=\"ok\"} 1"), "{text}");
-        assert!(text.contains("agentbox_sandboxes_ended_total{reason=\"idle\"} 1"), "{text}");
-        assert!(text.contains("agentbox_proxy_sessions{kind=\"vnc\"} 1"), "{text}");
+        assert!(
+            text.contains("agentbox_sandbox_creates_total{source=\"cold\",outcome=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agentbox_sandboxes_ended_total{reason=\"idle\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("agentbox_proxy_sessions{kind=\"vnc\"} 1"),
+            "{text}"
+        );
         drop(session);
-        assert!(metrics.render().contains("agentbox_proxy_sessions{kind=\"vnc\"} 0"));
+        assert!(
+            metrics
+                .render()
+                .contains("agentbox_proxy_sessions{kind=\"vnc\"} 0")
+        );
         assert!(text.ends_with("# EOF\n"));
     }
 }

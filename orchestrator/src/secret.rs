@@ -65,7 +65,11 @@ mod tests {
         assert_eq!(a.len(), 4 + 43);
         let id = new_id("sbx-");
         assert_eq!(id.len(), 24);
-        assert!(id[4..].chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        assert!(
+            id[4..]
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        );
         assert_eq!(sha256_hex("abc").len(), 64);
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
     }

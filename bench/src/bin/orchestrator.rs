@@ -42,15 +42,29 @@ impl Server {
             .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
             .arg("--data-dir")
             .arg(&data)
-            .args(["--instance", &instance, "--network", &network, "--image", image])
-            .args(["--pool-size", &pool.to_string(), "--ready-timeout-secs", "600"])
+            .args([
+                "--instance",
+                &instance,
+                "--network",
+                &network,
+                "--image",
+                image,
+            ])
+            .args([
+                "--pool-size",
+                &pool.to_string(),
+                "--ready-timeout-secs",
+                "600",
+            ])
             .env("AGENTBOX_ADMIN_KEY", ADMIN_KEY)
             .env("RUST_LOG", "warn,orchestrator=info")
             .env_remove("DATABASE_URL")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .with_context(|| format!("starting {binary} (build it: cargo build --release -p orchestrator)"))?;
+            .with_context(|| {
+                format!("starting {binary} (build it: cargo build --release -p orchestrator)")
+            })?;
         let stderr = child.stderr.take().context("stderr")?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -60,10 +74,18 @@ impl Server {
                 }
             }
         });
-        let line = rx.recv_timeout(Duration::from_secs(60)).context("the orchestrator did not start")?;
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .context("the orchestrator did not start")?;
         let value: Value = serde_json::from_str(&line)?;
         let url = format!("http://{}", value["addr"].as_str().context("addr")?);
-        Ok(Self { child, url, instance, network, _data: data })
+        Ok(Self {
+            child,
+            url,
+            instance,
+            network,
+            _data: data,
+        })
     }
 }
 
@@ -71,7 +93,12 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Ok(ids) = docker(&["ps", "-aq", "--filter", &format!("label=agentbox.instance={}", self.instance)]) {
+        if let Ok(ids) = docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=agentbox.instance={}", self.instance),
+        ]) {
             for id in ids.lines().filter(|l| !l.is_empty()) {
                 let _ = docker(&["rm", "-f", "-v", id]);
             }
@@ -112,7 +139,20 @@ async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Dur
     let _ = docker(&["rm", "-f", &name]);
     let started = Instant::now();
     let mut run = tokio::process::Command::new("docker")
-        .args(["run", "-d", "--rm", "--name", &name, "--network", NETWORK, "--ip", FLOOR_IP, "-e", "SANDBOX_API_KEY=floor-key", image])
+        .args([
+            "run",
+            "-d",
+            "--rm",
+            "--name",
+            &name,
+            "--network",
+            NETWORK,
+            "--ip",
+            FLOOR_IP,
+            "-e",
+            "SANDBOX_API_KEY=floor-key",
+            image,
+        ])
         .stdout(Stdio::null())
         .spawn()?;
     let url = format!("http://{FLOOR_IP}:8080/readyz");
@@ -133,7 +173,12 @@ async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Dur
 }
 
 async fn metric(client: &reqwest::Client, server: &Server, name: &str) -> f64 {
-    let Ok(response) = client.get(format!("{}/metrics", server.url)).bearer_auth(ADMIN_KEY).send().await else {
+    let Ok(response) = client
+        .get(format!("{}/metrics", server.url))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+    else {
         return -1.0;
     };
     let text = response.text().await.unwrap_or_default();
@@ -165,12 +210,21 @@ async fn main() -> anyhow::Result<()> {
     let clients: usize = arg("--clients", 200);
     let per_client: usize = arg("--requests-per-client", 25);
     let image: String = arg("--image", "agentbox/sandbox:latest".to_string());
-    let default_binary = format!("{}/../target/release/orchestrator", env!("CARGO_MANIFEST_DIR"));
+    let default_binary = format!(
+        "{}/../target/release/orchestrator",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let binary: String = arg("--orchestrator", default_binary);
     ensure_network()?;
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(600)).build()?;
-    let poll = reqwest::Client::builder().timeout(Duration::from_millis(500)).build()?;
-    println!("orchestrator benchmark: image {image}, {iterations} cold creates per arm, {claims} pool claims, {running} running, {clients} clients x {per_client} GETs");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()?;
+    let poll = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()?;
+    println!(
+        "orchestrator benchmark: image {image}, {iterations} cold creates per arm, {claims} pool claims, {running} running, {clients} clients x {per_client} GETs"
+    );
 
     // 1. Cold create vs docker run floor.
     let server = Server::start(&binary, &image, 0, "cold")?;
@@ -218,14 +272,20 @@ async fn main() -> anyhow::Result<()> {
     ])?;
     let mut per_sandbox: Vec<f64> = stats
         .lines()
-        .filter(|l| ids.iter().any(|id| l.starts_with(&format!("agentbox-{id}\t"))))
+        .filter(|l| {
+            ids.iter()
+                .any(|id| l.starts_with(&format!("agentbox-{id}\t")))
+        })
         .filter_map(|l| parse_mib(l.split('\t').nth(1)?))
         .collect();
     per_sandbox.sort_by(|a, b| a.total_cmp(b));
 
     eprintln!("  control plane: {clients} clients");
     let url = Arc::new(format!("{}/v1/sandboxes", server.url));
-    let list_client = reqwest::Client::builder().pool_max_idle_per_host(clients).timeout(Duration::from_secs(60)).build()?;
+    let list_client = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .timeout(Duration::from_secs(60))
+        .build()?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..clients {
@@ -235,7 +295,11 @@ async fn main() -> anyhow::Result<()> {
             let mut samples = Vec::with_capacity(per_client);
             for _ in 0..per_client {
                 let t = Instant::now();
-                let response = client.get(url.as_str()).bearer_auth(ADMIN_KEY).send().await?;
+                let response = client
+                    .get(url.as_str())
+                    .bearer_auth(ADMIN_KEY)
+                    .send()
+                    .await?;
                 let status = response.status();
                 let _ = response.bytes().await?;
                 if status != 200 {
@@ -284,10 +348,19 @@ async fn main() -> anyhow::Result<()> {
     print_row("POST /v1/sandboxes -> 201 ready (cold)", &c);
     print_row("docker run -> /readyz 200 (floor)", &f);
     print_row("POST /v1/sandboxes (warm-pool claim)", &w);
-    print_row(&format!("GET /v1/sandboxes, {clients} concurrent clients"), &l);
+    print_row(
+        &format!("GET /v1/sandboxes, {clients} concurrent clients"),
+        &l,
+    );
     println!();
-    println!("cold create median ratio orchestrator/floor: {:.3} (goal <= 1.25)", c.median / f.median);
-    println!("warm-pool claim: median {:.1} ms (goal <= 20), p99 {:.1} ms (goal <= 50)", w.median, w.p99);
+    println!(
+        "cold create median ratio orchestrator/floor: {:.3} (goal <= 1.25)",
+        c.median / f.median
+    );
+    println!(
+        "warm-pool claim: median {:.1} ms (goal <= 20), p99 {:.1} ms (goal <= 50)",
+        w.median, w.p99
+    );
     if !per_sandbox.is_empty() {
         let total: f64 = per_sandbox.iter().sum();
         println!(

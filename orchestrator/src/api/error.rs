@@ -80,20 +80,31 @@ impl From<SandboxError> for ApiError {
     fn from(error: SandboxError) -> Self {
         match error {
             SandboxError::Invalid { .. } => ApiError::invalid(error.to_string()),
-            SandboxError::NotFound(what) => ApiError::not_found(format!("no {}", if what.starts_with("token") { what } else { format!("sandbox {what}") })),
-            SandboxError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            SandboxError::NotFound(what) => ApiError::not_found(format!(
+                "no {}",
+                if what.starts_with("token") {
+                    what
+                } else {
+                    format!("sandbox {what}")
+                }
+            )),
+            SandboxError::Conflict(message) => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
             SandboxError::NotReady { reason, logs } => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "sandbox_not_ready",
                 message: format!("the sandbox did not become ready and was removed: {reason}"),
                 logs: Some(logs),
             },
-            SandboxError::Backend(BackendError::ImageMissing(image)) => {
-                ApiError::invalid(format!("invalid `image`: image {image} is not present on the server"))
-            }
-            SandboxError::Backend(error) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable", error.to_string())
-            }
+            SandboxError::Backend(BackendError::ImageMissing(image)) => ApiError::invalid(format!(
+                "invalid `image`: image {image} is not present on the server"
+            )),
+            SandboxError::Backend(error) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backend_unavailable",
+                error.to_string(),
+            ),
             SandboxError::Store(error) => ApiError::internal(error),
         }
     }

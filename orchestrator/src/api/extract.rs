@@ -21,17 +21,22 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(request, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
-                    "request body is larger than this route accepts",
-                )
-            } else {
-                ApiError::bad_request(format!("cannot read the request body: {}", rejection.body_text()))
-            }
-        })?;
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "payload_too_large",
+                        "request body is larger than this route accepts",
+                    )
+                } else {
+                    ApiError::bad_request(format!(
+                        "cannot read the request body: {}",
+                        rejection.body_text()
+                    ))
+                }
+            })?;
         parse_json(&bytes).map(ApiJson)
     }
 }

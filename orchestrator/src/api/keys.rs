@@ -87,7 +87,11 @@ pub async fn revoke(
 ) -> Result<StatusCode, ApiError> {
     admin_only(&caller)?;
     if id == caller.key_id {
-        return Err(ApiError::new(StatusCode::CONFLICT, "conflict", "a key cannot revoke itself"));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "a key cannot revoke itself",
+        ));
     }
     if state.keys.revoke(&id).await? {
         Ok(StatusCode::NO_CONTENT)

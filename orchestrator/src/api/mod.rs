@@ -119,14 +119,22 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn not_found(request: Request) -> ApiError {
-    ApiError::not_found(format!("no route {} {}", request.method(), request.uri().path()))
+    ApiError::not_found(format!(
+        "no route {} {}",
+        request.method(),
+        request.uri().path()
+    ))
 }
 
 async fn method_not_allowed(request: Request) -> Response {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        format!("{} is not allowed on {}", request.method(), request.uri().path()),
+        format!(
+            "{} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
     )
     .into_response()
 }
@@ -168,9 +176,12 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
     let method = request.method().to_string();
     let started = std::time::Instant::now();
     let response = next.run(request).await;
-    state
-        .metrics
-        .observe_http(&method, &route, response.status().as_u16(), started.elapsed());
+    state.metrics.observe_http(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
     response
 }
 

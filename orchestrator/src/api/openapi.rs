@@ -38,9 +38,15 @@ pub fn finish(document: &mut OpenApi) {
         if path == "/healthz" {
             continue;
         }
-        for operation in [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch]
-            .into_iter()
-            .flatten()
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
         {
             operation.security = Some(requirement.clone());
         }

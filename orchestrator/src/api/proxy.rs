@@ -69,10 +69,13 @@ fn upstream_path(request: &Request, id: &str, service: &str) -> String {
 }
 
 fn address(record: &SandboxRecord) -> Result<&str, ApiError> {
-    record
-        .address
-        .as_deref()
-        .ok_or_else(|| ApiError::new(StatusCode::CONFLICT, "conflict", "the sandbox has no address yet"))
+    record.address.as_deref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            "the sandbox has no address yet",
+        )
+    })
 }
 
 async fn api_root(
@@ -121,7 +124,11 @@ async fn api(
             .await
             .map_err(|e| ApiError::bad_request(e.body_text()))?;
         let upgrade = match protocol {
-            Some(p) => upgrade.protocols(p.split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>()),
+            Some(p) => upgrade.protocols(
+                p.split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect::<Vec<_>>(),
+            ),
             None => upgrade,
         };
         let metrics = state.metrics.clone();
@@ -170,7 +177,9 @@ fn presented_token(request_headers: &HeaderMap, query: Option<&str>) -> Option<(
 
 fn access_error(error: AccessError) -> ApiError {
     match error {
-        AccessError::OtherSandbox | AccessError::NeedsControl => ApiError::forbidden(error.to_string()),
+        AccessError::OtherSandbox | AccessError::NeedsControl => {
+            ApiError::forbidden(error.to_string())
+        }
         _ => ApiError::unauthorized(format!("viewer token refused: {error}")),
     }
 }
@@ -204,7 +213,8 @@ async fn vnc(
     Path((id, path)): Path<(String, String)>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let Some((token, from_query)) = presented_token(request.headers(), request.uri().query()) else {
+    let Some((token, from_query)) = presented_token(request.headers(), request.uri().query())
+    else {
         return Err(ApiError::unauthorized(
             "a viewer token is required (query parameter `token` or the agentbox_vnc cookie)",
         ));
@@ -218,15 +228,23 @@ async fn vnc(
             .get(header::SEC_WEBSOCKET_PROTOCOL)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let upstream = ws::connect(&format!("ws://{address}:{NOVNC_PORT}/websockify"), None, protocol.as_deref())
-            .await
-            .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
+        let upstream = ws::connect(
+            &format!("ws://{address}:{NOVNC_PORT}/websockify"),
+            None,
+            protocol.as_deref(),
+        )
+        .await
+        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
         let (mut parts, _) = request.into_parts();
         let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &state)
             .await
             .map_err(|e| ApiError::bad_request(e.body_text()))?;
         let upgrade = match protocol {
-            Some(p) => upgrade.protocols(p.split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>()),
+            Some(p) => upgrade.protocols(
+                p.split(',')
+                    .map(|s| s.trim().to_string())
+                    .collect::<Vec<_>>(),
+            ),
             None => upgrade,
         };
         let filter = match claims.scope {
@@ -244,13 +262,22 @@ async fn vnc(
         }));
     }
     if request.method() != Method::GET && request.method() != Method::HEAD {
-        return Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "GET only"));
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "GET only",
+        ));
     }
     state.sandboxes.activity().touch(&id);
-    let upstream = format!("http://{address}:{NOVNC_PORT}/{}", path.trim_start_matches('/'));
+    let upstream = format!(
+        "http://{address}:{NOVNC_PORT}/{}",
+        path.trim_start_matches('/')
+    );
     let (parts, _) = request.into_parts();
     let mut forwarded = Request::from_parts(parts, Body::empty());
-    *forwarded.uri_mut() = upstream.parse().map_err(|_| ApiError::bad_request("bad path"))?;
+    *forwarded.uri_mut() = upstream
+        .parse()
+        .map_err(|_| ApiError::bad_request("bad path"))?;
     let mut response = state
         .proxy
         .forward(forwarded, &upstream, None)
@@ -274,7 +301,12 @@ async fn vnc(
 // ---- CDP ----
 
 /// Who may use CDP: the owner's API key, or a `control` token for this sandbox.
-async fn cdp_access(state: &AppState, id: &str, headers: &HeaderMap, query: Option<&str>) -> Result<SandboxRecord, ApiError> {
+async fn cdp_access(
+    state: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<SandboxRecord, ApiError> {
     if let Some(key) = bearer(headers) {
         let caller = state
             .keys
@@ -312,7 +344,13 @@ async fn cdp_root(
         .as_str()
         .and_then(|url| url.split_once("/devtools/"))
         .map(|(_, rest)| format!("/devtools/{rest}"))
-        .ok_or_else(|| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", "the browser gave no debugger URL"))?;
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "bad_gateway",
+                "the browser gave no debugger URL",
+            )
+        })?;
     cdp_websocket(state, id, address, target, request).await
 }
 
@@ -329,7 +367,10 @@ async fn cdp_path(
         return cdp_websocket(state, id, address, path, request).await;
     }
     let json = path.trim_end_matches('/');
-    if matches!(json, "/json" | "/json/list" | "/json/version" | "/json/protocol") {
+    if matches!(
+        json,
+        "/json" | "/json/list" | "/json/version" | "/json/protocol"
+    ) {
         return cdp_json(&state, &id, &address, json).await;
     }
     Err(ApiError::not_found(format!(
@@ -337,7 +378,11 @@ async fn cdp_path(
     )))
 }
 
-async fn fetch_json(state: &AppState, address: &str, path: &str) -> Result<serde_json::Value, ApiError> {
+async fn fetch_json(
+    state: &AppState,
+    address: &str,
+    path: &str,
+) -> Result<serde_json::Value, ApiError> {
     let upstream = format!("http://{address}:{CDP_PORT}{path}");
     let request = Request::builder()
         .uri(&upstream)
@@ -351,12 +396,22 @@ async fn fetch_json(state: &AppState, address: &str, path: &str) -> Result<serde
     let bytes = axum::body::to_bytes(response.into_body(), 8 * 1024 * 1024)
         .await
         .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", format!("the browser answered non-JSON: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "bad_gateway",
+            format!("the browser answered non-JSON: {e}"),
+        )
+    })
 }
 
 /// A `/json/...` answer with every debugger URL pointing back at the orchestrator.
-async fn cdp_json(state: &AppState, id: &str, address: &str, path: &str) -> Result<Response, ApiError> {
+async fn cdp_json(
+    state: &AppState,
+    id: &str,
+    address: &str,
+    path: &str,
+) -> Result<Response, ApiError> {
     state.sandboxes.activity().touch(id);
     let value = fetch_json(state, address, path).await?;
     let text = serde_json::to_string(&value).map_err(ApiError::internal)?;
@@ -364,10 +419,15 @@ async fn cdp_json(state: &AppState, id: &str, address: &str, path: &str) -> Resu
     let ws_public = public
         .replacen("https://", "wss://", 1)
         .replacen("http://", "ws://", 1);
-    let ws_host = ws_public.trim_start_matches("ws://").trim_start_matches("wss://");
+    let ws_host = ws_public
+        .trim_start_matches("ws://")
+        .trim_start_matches("wss://");
     let text = text
         .replace(&format!("ws://{address}:{CDP_PORT}/"), &ws_public)
-        .replace(&format!("ws={address}:{CDP_PORT}/"), &format!("ws={ws_host}"));
+        .replace(
+            &format!("ws={address}:{CDP_PORT}/"),
+            &format!("ws={ws_host}"),
+        );
     Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
 }
 

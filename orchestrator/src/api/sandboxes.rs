@@ -12,7 +12,9 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::ApiJson;
-use super::types::{CreateSandboxRequest, ErrorBody, Sandbox, SandboxList, SandboxUrls, SetTimeoutRequest};
+use super::types::{
+    CreateSandboxRequest, ErrorBody, Sandbox, SandboxList, SandboxUrls, SetTimeoutRequest,
+};
 use crate::auth::Caller;
 use crate::db::{SandboxRecord, SandboxStatus};
 use crate::sandboxes::CreateSpec;
@@ -43,7 +45,9 @@ pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
                 .sandboxes
                 .activity()
                 .get(&record.id)
-                .map_or(record.last_active_at, |(last, _)| last.max(record.last_active_at)),
+                .map_or(record.last_active_at, |(last, _)| {
+                    last.max(record.last_active_at)
+                }),
         ),
         idle_timeout_secs: record.idle_timeout_secs,
         max_lifetime_secs: record.max_lifetime_secs,
@@ -96,8 +100,9 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<SandboxList>, ApiError> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
     let mut status = None;
     let mut metadata = BTreeMap::new();
     for (name, value) in pairs {
@@ -115,7 +120,10 @@ pub async fn list(
             )));
         }
     }
-    let records = state.sandboxes.list(caller.owner(), status, &metadata).await?;
+    let records = state
+        .sandboxes
+        .list(caller.owner(), status, &metadata)
+        .await?;
     Ok(Json(SandboxList {
         sandboxes: records.iter().map(|r| to_wire(&state, r)).collect(),
     }))
@@ -162,7 +170,12 @@ pub async fn set_timeout(
 ) -> Result<Json<Sandbox>, ApiError> {
     let record = state
         .sandboxes
-        .set_timeouts(&id, caller.owner(), request.idle_timeout_secs, request.max_lifetime_secs)
+        .set_timeouts(
+            &id,
+            caller.owner(),
+            request.idle_timeout_secs,
+            request.max_lifetime_secs,
+        )
         .await?;
     Ok(Json(to_wire(&state, &record)))
 }

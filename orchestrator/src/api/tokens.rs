@@ -81,7 +81,10 @@ pub async fn revoke_all(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Revoked>, ApiError> {
-    let revoked = state.sandboxes.revoke_tokens(&id, caller.owner(), None).await?;
+    let revoked = state
+        .sandboxes
+        .revoke_tokens(&id, caller.owner(), None)
+        .await?;
     Ok(Json(Revoked { revoked }))
 }
 

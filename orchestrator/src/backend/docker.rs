@@ -177,7 +177,10 @@ impl Backend for DockerBackend {
                 "com.docker.network.bridge.enable_icc".to_string(),
                 "false".to_string(),
             )])),
-            labels: Some(HashMap::from([(LABEL_MANAGED.to_string(), "true".to_string())])),
+            labels: Some(HashMap::from([(
+                LABEL_MANAGED.to_string(),
+                "true".to_string(),
+            )])),
             ..Default::default()
         };
         match self.docker.create_network(request).await {
@@ -202,7 +205,10 @@ impl Backend for DockerBackend {
                 let _ = self.remove(&container_id).await;
                 Err(BackendError::Failed {
                     step: "finding the container's address",
-                    message: format!("the container has no address on {} (it may have exited); output: {logs}", self.network),
+                    message: format!(
+                        "the container has no address on {} (it may have exited); output: {logs}",
+                        self.network
+                    ),
                 })
             }
             Err(error) => {
@@ -217,7 +223,11 @@ impl Backend for DockerBackend {
             .force(true)
             .v(true)
             .build();
-        match self.docker.remove_container(container_id, Some(options)).await {
+        match self
+            .docker
+            .remove_container(container_id, Some(options))
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             // Already being removed (auto_remove after exit).
@@ -250,10 +260,7 @@ impl Backend for DockerBackend {
             .filter_map(|c| {
                 let container_id = c.id?;
                 let labels = c.labels.unwrap_or_default();
-                let running = c
-                    .state
-                    .map(|s| s.to_string() == "running")
-                    .unwrap_or(false);
+                let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
                 let address = c
                     .network_settings
                     .and_then(|n| n.networks)

@@ -121,9 +121,15 @@ mod tests {
     #[test]
     fn hop_headers_and_credentials_are_removed() {
         let mut headers = HeaderMap::new();
-        headers.insert("connection", HeaderValue::from_static("keep-alive, x-private"));
+        headers.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-private"),
+        );
         headers.insert("x-private", HeaderValue::from_static("1"));
-        headers.insert("authorization", HeaderValue::from_static("Bearer orchestrator-key"));
+        headers.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer orchestrator-key"),
+        );
         headers.insert("cookie", HeaderValue::from_static("agentbox_vnc=abc"));
         headers.insert("content-type", HeaderValue::from_static("application/json"));
         strip_hop_headers(&mut headers);

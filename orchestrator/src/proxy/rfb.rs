@@ -135,7 +135,9 @@ impl RfbClientFilter {
                 }
                 let version = &rest[..12];
                 if !version.starts_with(b"RFB ") || version[11] != b'\n' {
-                    return Err(RfbError::BadVersion(String::from_utf8_lossy(version).into()));
+                    return Err(RfbError::BadVersion(
+                        String::from_utf8_lossy(version).into(),
+                    ));
                 }
                 if &version[4..11] == b"003.003" {
                     if self.view_only {
@@ -189,8 +191,8 @@ impl RfbClientFilter {
     fn message(&mut self, rest: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, RfbError> {
         let kind = rest[0];
         let (len, forward) = match kind {
-            0 => (20, true),  // SetPixelFormat
-            3 => (10, true),  // FramebufferUpdateRequest
+            0 => (20, true),   // SetPixelFormat
+            3 => (10, true),   // FramebufferUpdateRequest
             150 => (10, true), // EnableContinuousUpdates
             2 => {
                 // SetEncodings: type, pad, u16 count, count * i32
@@ -281,7 +283,15 @@ mod tests {
 
     fn session() -> Vec<u8> {
         let mut all = handshake();
-        for part in [set_encodings(), pointer(), update_request(), key(), cut_text(b"hello"), pointer(), update_request()] {
+        for part in [
+            set_encodings(),
+            pointer(),
+            update_request(),
+            key(),
+            cut_text(b"hello"),
+            pointer(),
+            update_request(),
+        ] {
             all.extend(part);
         }
         all
@@ -363,7 +373,10 @@ mod tests {
         assert_eq!(filter.feed(&bytes), Err(RfbError::Security(19)));
 
         let mut filter = RfbClientFilter::view();
-        assert!(matches!(filter.feed(b"GET / HTTP/1.1\r\n"), Err(RfbError::BadVersion(_))));
+        assert!(matches!(
+            filter.feed(b"GET / HTTP/1.1\r\n"),
+            Err(RfbError::BadVersion(_))
+        ));
     }
 
     #[test]

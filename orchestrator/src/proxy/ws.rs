@@ -22,7 +22,11 @@ use super::rfb::RfbClientFilter;
 pub type Upstream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Opens a WebSocket to `url`, with sandboxd's key and the client's subprotocol if given.
-pub async fn connect(url: &str, bearer: Option<&str>, protocol: Option<&str>) -> Result<Upstream, ProxyError> {
+pub async fn connect(
+    url: &str,
+    bearer: Option<&str>,
+    protocol: Option<&str>,
+) -> Result<Upstream, ProxyError> {
     let mut request = url
         .into_client_request()
         .map_err(|e| ProxyError::Url(e.to_string()))?;
@@ -34,7 +38,9 @@ pub async fn connect(url: &str, bearer: Option<&str>, protocol: Option<&str>) ->
     if let Some(protocol) = protocol
         && let Ok(value) = HeaderValue::from_str(protocol)
     {
-        request.headers_mut().insert("sec-websocket-protocol", value);
+        request
+            .headers_mut()
+            .insert("sec-websocket-protocol", value);
     }
     let (socket, _) = tokio::time::timeout(
         std::time::Duration::from_secs(10),

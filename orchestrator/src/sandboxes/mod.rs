@@ -182,7 +182,9 @@ impl Sandboxes {
                 {
                     return Err(invalid(
                         "image",
-                        format!("image `{image}` is not allowed on this server (see --allow-image)"),
+                        format!(
+                            "image `{image}` is not allowed on this server (see --allow-image)"
+                        ),
                     ));
                 }
                 image.clone()
@@ -192,13 +194,23 @@ impl Sandboxes {
             parse_resolution(resolution)?;
         }
         let cap = self.settings.lifetime_cap_secs;
-        let idle = spec.idle_timeout_secs.unwrap_or(self.settings.idle_timeout_secs);
+        let idle = spec
+            .idle_timeout_secs
+            .unwrap_or(self.settings.idle_timeout_secs);
         if !(1..=cap).contains(&idle) {
-            return Err(invalid("idle_timeout_secs", format!("must be between 1 and {cap}")));
+            return Err(invalid(
+                "idle_timeout_secs",
+                format!("must be between 1 and {cap}"),
+            ));
         }
-        let lifetime = spec.max_lifetime_secs.unwrap_or(self.settings.max_lifetime_secs);
+        let lifetime = spec
+            .max_lifetime_secs
+            .unwrap_or(self.settings.max_lifetime_secs);
         if !(1..=cap).contains(&lifetime) {
-            return Err(invalid("max_lifetime_secs", format!("must be between 1 and {cap}")));
+            return Err(invalid(
+                "max_lifetime_secs",
+                format!("must be between 1 and {cap}"),
+            ));
         }
         validate_env(&spec.env)?;
         validate_metadata(&spec.metadata)?;
@@ -272,7 +284,8 @@ impl Sandboxes {
                 Ok((record, Source::Cold))
             }
             Err(error) => {
-                self.metrics.observe_create("cold", "failed", started.elapsed());
+                self.metrics
+                    .observe_create("cold", "failed", started.elapsed());
                 Err(error)
             }
         }
@@ -331,7 +344,10 @@ impl Sandboxes {
             let _ = self.store.delete_sandbox(&record.id).await;
             return Err(error.into());
         }
-        if let Err(reason) = self.wait_ready(&started.container_id, &started.address, &record.api_key).await {
+        if let Err(reason) = self
+            .wait_ready(&started.container_id, &started.address, &record.api_key)
+            .await
+        {
             let logs = self
                 .backend
                 .logs_tail(&started.container_id, 30)
@@ -386,7 +402,10 @@ impl Sandboxes {
     /// One sandbox, as seen by `owner` (`None`: any owner, for admins).
     pub async fn get(&self, id: &str, owner: Option<&str>) -> Result<SandboxRecord, SandboxError> {
         match self.store.sandbox(id).await? {
-            Some(record) if !record.pooled && owner.is_none_or(|o| record.owner_key_id.as_deref() == Some(o)) => {
+            Some(record)
+                if !record.pooled
+                    && owner.is_none_or(|o| record.owner_key_id.as_deref() == Some(o)) =>
+            {
                 Ok(record)
             }
             _ => Err(SandboxError::NotFound(id.to_string())),
@@ -394,7 +413,11 @@ impl Sandboxes {
     }
 
     /// One sandbox that is ready (for the proxies): not found, or a conflict naming its state.
-    pub async fn get_ready(&self, id: &str, owner: Option<&str>) -> Result<SandboxRecord, SandboxError> {
+    pub async fn get_ready(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+    ) -> Result<SandboxRecord, SandboxError> {
         let record = self.get(id, owner).await?;
         if record.status != SandboxStatus::Ready || record.address.is_none() {
             return Err(SandboxError::Conflict(format!(
@@ -440,13 +463,19 @@ impl Sandboxes {
         let cap = self.settings.lifetime_cap_secs;
         if let Some(idle) = idle_timeout_secs {
             if !(1..=cap).contains(&idle) {
-                return Err(invalid("idle_timeout_secs", format!("must be between 1 and {cap}")));
+                return Err(invalid(
+                    "idle_timeout_secs",
+                    format!("must be between 1 and {cap}"),
+                ));
             }
             record.idle_timeout_secs = idle;
         }
         if let Some(lifetime) = max_lifetime_secs {
             if !(1..=cap).contains(&lifetime) {
-                return Err(invalid("max_lifetime_secs", format!("must be between 1 and {cap}")));
+                return Err(invalid(
+                    "max_lifetime_secs",
+                    format!("must be between 1 and {cap}"),
+                ));
             }
             let expires_at = record.created_at + lifetime * 1000;
             if expires_at <= now_ms() {
@@ -459,7 +488,12 @@ impl Sandboxes {
             record.expires_at = expires_at;
         }
         self.store
-            .set_timeouts(id, record.idle_timeout_secs, record.max_lifetime_secs, record.expires_at)
+            .set_timeouts(
+                id,
+                record.idle_timeout_secs,
+                record.max_lifetime_secs,
+                record.expires_at,
+            )
             .await?;
         self.activity.touch(id);
         Ok(record)
@@ -478,7 +512,11 @@ impl Sandboxes {
 
     /// Removes the container (if any) and the record. Idempotent; concurrent calls for the same
     /// sandbox do the work once.
-    pub(crate) async fn remove(&self, record: &SandboxRecord, reason: EndReason) -> Result<(), SandboxError> {
+    pub(crate) async fn remove(
+        &self,
+        record: &SandboxRecord,
+        reason: EndReason,
+    ) -> Result<(), SandboxError> {
         {
             let Ok(mut deleting) = self.deleting.lock() else {
                 return Ok(());
@@ -528,7 +566,10 @@ impl Sandboxes {
         ttl_secs: i64,
     ) -> Result<(String, TokenRecord), SandboxError> {
         if !(1..=MAX_TOKEN_TTL_SECS).contains(&ttl_secs) {
-            return Err(invalid("ttl_secs", format!("must be between 1 and {MAX_TOKEN_TTL_SECS}")));
+            return Err(invalid(
+                "ttl_secs",
+                format!("must be between 1 and {MAX_TOKEN_TTL_SECS}"),
+            ));
         }
         let sandbox = self.get_ready(id, owner).await?;
         let now = now_ms();
@@ -560,7 +601,10 @@ impl Sandboxes {
         self.get(id, owner).await?;
         let revoked = self.store.revoke_tokens(id, token_id, now_ms()).await?;
         if token_id.is_some() && revoked == 0 {
-            return Err(SandboxError::NotFound(format!("token {} of sandbox {id}", token_id.unwrap_or(""))));
+            return Err(SandboxError::NotFound(format!(
+                "token {} of sandbox {id}",
+                token_id.unwrap_or("")
+            )));
         }
         Ok(revoked)
     }
@@ -574,7 +618,11 @@ impl Sandboxes {
     }
 
     /// Token verdict: `Ok(Err(..))` says why the token does not open sandbox `id`.
-    pub async fn verify_token(&self, token: &str, id: &str) -> Result<Result<Claims, AccessError>, SandboxError> {
+    pub async fn verify_token(
+        &self,
+        token: &str,
+        id: &str,
+    ) -> Result<Result<Claims, AccessError>, SandboxError> {
         let claims = match self.signer.verify(token, now_ms()) {
             Ok(claims) => claims,
             Err(error) => return Ok(Err(error.into())),
@@ -583,7 +631,9 @@ impl Sandboxes {
             return Ok(Err(AccessError::OtherSandbox));
         }
         match self.store.token(&claims.tid).await? {
-            Some(record) if record.revoked_at.is_none() && record.sandbox_id == id => Ok(Ok(claims)),
+            Some(record) if record.revoked_at.is_none() && record.sandbox_id == id => {
+                Ok(Ok(claims))
+            }
             _ => Ok(Err(AccessError::Revoked)),
         }
     }
@@ -599,7 +649,12 @@ impl Sandboxes {
 
 /// Parses `WIDTHxHEIGHT` within sensible bounds.
 pub fn parse_resolution(text: &str) -> Result<(u32, u32), SandboxError> {
-    let bad = || invalid("resolution", "must be WIDTHxHEIGHT, e.g. 1280x800, between 320x200 and 3840x2160");
+    let bad = || {
+        invalid(
+            "resolution",
+            "must be WIDTHxHEIGHT, e.g. 1280x800, between 320x200 and 3840x2160",
+        )
+    };
     let (w, h) = text.split_once(['x', 'X']).ok_or_else(bad)?;
     let w: u32 = w.trim().parse().map_err(|_| bad())?;
     let h: u32 = h.trim().parse().map_err(|_| bad())?;
@@ -613,7 +668,10 @@ pub fn parse_resolution(text: &str) -> Result<(u32, u32), SandboxError> {
 fn reserved_env(name: &str) -> bool {
     name.starts_with("SANDBOX")
         || name.starts_with("SCREEN_")
-        || matches!(name, "DISPLAY" | "HOME" | "USER" | "PATH" | "LD_PRELOAD" | "LD_LIBRARY_PATH")
+        || matches!(
+            name,
+            "DISPLAY" | "HOME" | "USER" | "PATH" | "LD_PRELOAD" | "LD_LIBRARY_PATH"
+        )
 }
 
 fn validate_env(env: &BTreeMap<String, String>) -> Result<(), SandboxError> {
@@ -624,15 +682,27 @@ fn validate_env(env: &BTreeMap<String, String>) -> Result<(), SandboxError> {
         let field = format!("env.{name}");
         let valid_name = !name.is_empty()
             && name.len() <= 128
-            && name.chars().enumerate().all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+            && name
+                .chars()
+                .enumerate()
+                .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
         if !valid_name {
-            return Err(invalid(&field, "names are letters, digits and _, not starting with a digit"));
+            return Err(invalid(
+                &field,
+                "names are letters, digits and _, not starting with a digit",
+            ));
         }
         if reserved_env(name) {
-            return Err(invalid(&field, "is set by the orchestrator (SANDBOX*, SCREEN_*, DISPLAY, HOME, USER, PATH, LD_*)"));
+            return Err(invalid(
+                &field,
+                "is set by the orchestrator (SANDBOX*, SCREEN_*, DISPLAY, HOME, USER, PATH, LD_*)",
+            ));
         }
         if value.len() > MAX_ENV_VALUE || value.contains('\0') {
-            return Err(invalid(&field, format!("values are at most {MAX_ENV_VALUE} bytes, without NUL")));
+            return Err(invalid(
+                &field,
+                format!("values are at most {MAX_ENV_VALUE} bytes, without NUL"),
+            ));
         }
     }
     Ok(())
@@ -640,14 +710,23 @@ fn validate_env(env: &BTreeMap<String, String>) -> Result<(), SandboxError> {
 
 fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), SandboxError> {
     if metadata.len() > MAX_METADATA {
-        return Err(invalid("metadata", format!("at most {MAX_METADATA} entries")));
+        return Err(invalid(
+            "metadata",
+            format!("at most {MAX_METADATA} entries"),
+        ));
     }
     for (key, value) in metadata {
         if key.is_empty() || key.len() > MAX_METADATA_KEY {
-            return Err(invalid("metadata", format!("keys are 1 to {MAX_METADATA_KEY} bytes")));
+            return Err(invalid(
+                "metadata",
+                format!("keys are 1 to {MAX_METADATA_KEY} bytes"),
+            ));
         }
         if value.len() > MAX_METADATA_VALUE {
-            return Err(invalid(&format!("metadata.{key}"), format!("values are at most {MAX_METADATA_VALUE} bytes")));
+            return Err(invalid(
+                &format!("metadata.{key}"),
+                format!("values are at most {MAX_METADATA_VALUE} bytes"),
+            ));
         }
     }
     Ok(())
@@ -661,7 +740,15 @@ mod tests {
     fn resolutions_are_bounded() {
         assert_eq!(parse_resolution("1280x800").unwrap(), (1280, 800));
         assert_eq!(parse_resolution("1024X768").unwrap(), (1024, 768));
-        for bad in ["", "1280", "x800", "10x10", "99999x800", "axb", "1280x800x2"] {
+        for bad in [
+            "",
+            "1280",
+            "x800",
+            "10x10",
+            "99999x800",
+            "axb",
+            "1280x800x2",
+        ] {
             assert!(parse_resolution(bad).is_err(), "{bad}");
         }
     }
@@ -670,7 +757,15 @@ mod tests {
     fn env_names_and_reserved_variables_are_checked() {
         let ok = BTreeMap::from([("FOO_1".to_string(), "bar".to_string())]);
         assert!(validate_env(&ok).is_ok());
-        for name in ["1FOO", "FOO-BAR", "", "SANDBOX_API_KEY", "SANDBOXD_IDLE_EXIT_SECS", "DISPLAY", "LD_PRELOAD"] {
+        for name in [
+            "1FOO",
+            "FOO-BAR",
+            "",
+            "SANDBOX_API_KEY",
+            "SANDBOXD_IDLE_EXIT_SECS",
+            "DISPLAY",
+            "LD_PRELOAD",
+        ] {
             let env = BTreeMap::from([(name.to_string(), "x".to_string())]);
             assert!(validate_env(&env).is_err(), "{name}");
         }
@@ -680,7 +775,8 @@ mod tests {
 
     #[test]
     fn metadata_is_bounded() {
-        let too_many: BTreeMap<String, String> = (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
+        let too_many: BTreeMap<String, String> =
+            (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
         assert!(validate_metadata(&too_many).is_err());
         let long = BTreeMap::from([("k".to_string(), "v".repeat(513))]);
         assert!(validate_metadata(&long).is_err());

@@ -115,7 +115,10 @@ impl Pool {
                     match result {
                         Ok(record) => {
                             service.pool.push(record);
-                            service.metrics.pool_ready.set(service.pool.ready_count() as i64);
+                            service
+                                .metrics
+                                .pool_ready
+                                .set(service.pool.ready_count() as i64);
                         }
                         Err(error) => {
                             tracing::warn!(%error, "warm pool: creating a member failed");

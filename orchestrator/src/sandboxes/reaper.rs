@@ -94,7 +94,12 @@ impl Sandboxes {
             }
         }
         self.metrics.sandboxes_live.set(live);
-        join_all(removals.iter().map(|(record, reason)| self.remove(record, *reason))).await;
+        join_all(
+            removals
+                .iter()
+                .map(|(record, reason)| self.remove(record, *reason)),
+        )
+        .await;
         Ok(())
     }
 
@@ -107,7 +112,10 @@ impl Sandboxes {
         };
         let records = self.store.list_sandboxes(&filter).await?;
         join_all(records.iter().map(|record| self.heartbeat(record))).await;
-        let _ = self.store.purge_expired_tokens(now_ms() - 3600 * 1000).await;
+        let _ = self
+            .store
+            .purge_expired_tokens(now_ms() - 3600 * 1000)
+            .await;
         Ok(())
     }
 

@@ -70,8 +70,11 @@ impl Sandboxes {
                     report.adopted += 1;
                 }
                 (SandboxStatus::Ready, None) if !record.pooled => {
-                    self.mark_lost(&record, "the container vanished while the orchestrator was down")
-                        .await;
+                    self.mark_lost(
+                        &record,
+                        "the container vanished while the orchestrator was down",
+                    )
+                    .await;
                     report.lost += 1;
                 }
                 (SandboxStatus::Lost, None) => {}
@@ -81,11 +84,12 @@ impl Sandboxes {
                         self.backend.remove(&container.container_id).await?;
                         report.removed_containers += 1;
                     }
-                    let reason = if record.status == SandboxStatus::Ready && record.expires_at <= now {
-                        EndReason::Lifetime
-                    } else {
-                        EndReason::Failed
-                    };
+                    let reason =
+                        if record.status == SandboxStatus::Ready && record.expires_at <= now {
+                            EndReason::Lifetime
+                        } else {
+                            EndReason::Failed
+                        };
                     self.store.delete_sandbox(&record.id).await?;
                     self.metrics.sandbox_ended(reason);
                     report.dropped_records += 1;

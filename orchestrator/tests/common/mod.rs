@@ -86,7 +86,10 @@ impl Orchestrator {
             .args(["--image", &sandbox_image()])
             .args(["--pool-size", &self.options.pool_size.to_string()])
             .args(["--heartbeat-secs", &self.options.heartbeat_secs.to_string()])
-            .args(["--ready-timeout-secs", &self.options.ready_timeout_secs.to_string()])
+            .args([
+                "--ready-timeout-secs",
+                &self.options.ready_timeout_secs.to_string(),
+            ])
             .args(["--reaper-interval-ms", "200"])
             .args(&self.options.extra_args)
             .env("AGENTBOX_ADMIN_KEY", ADMIN_KEY)
@@ -98,7 +101,9 @@ impl Orchestrator {
         if let Some(url) = &self.options.database_url {
             command.env("DATABASE_URL", url);
         }
-        let mut child = command.spawn().context("starting the orchestrator binary")?;
+        let mut child = command
+            .spawn()
+            .context("starting the orchestrator binary")?;
         let stderr = child.stderr.take().context("stderr")?;
         let (tx, rx) = std::sync::mpsc::channel::<String>();
         let logs = self.logs.clone();
@@ -121,7 +126,9 @@ impl Orchestrator {
             Err(_) => bail!("the orchestrator did not start; log:\n{}", self.log_text()),
         };
         let value: Value = serde_json::from_str(&line)?;
-        let addr = value["addr"].as_str().context("addr in the listening line")?;
+        let addr = value["addr"]
+            .as_str()
+            .context("addr in the listening line")?;
         self.url = format!("http://{addr}");
         Ok(())
     }
@@ -149,7 +156,13 @@ impl Orchestrator {
     }
 
     /// A request with a key; returns (status, JSON or Null).
-    pub async fn call(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
         let mut request = self.http.request(method, self.u(path));
         if let Some(key) = key {
             request = request.bearer_auth(key);
@@ -164,25 +177,49 @@ impl Orchestrator {
     }
 
     pub async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
-        self.call(reqwest::Method::GET, path, Some(ADMIN_KEY), None).await
+        self.call(reqwest::Method::GET, path, Some(ADMIN_KEY), None)
+            .await
     }
 
     /// Creates a sandbox (admin key) and checks the answer.
     pub async fn create(&self, body: Value) -> anyhow::Result<Value> {
-        let (status, value) = self.call(reqwest::Method::POST, "/v1/sandboxes", Some(ADMIN_KEY), Some(body)).await?;
+        let (status, value) = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/sandboxes",
+                Some(ADMIN_KEY),
+                Some(body),
+            )
+            .await?;
         if status != 201 {
-            bail!("create answered {status}: {value}\nlog tail:\n{}", self.log_tail(30));
+            bail!(
+                "create answered {status}: {value}\nlog tail:\n{}",
+                self.log_tail(30)
+            );
         }
         Ok(value)
     }
 
     pub async fn delete(&self, id: &str) -> anyhow::Result<u16> {
-        Ok(self.call(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}"), Some(ADMIN_KEY), None).await?.0)
+        Ok(self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/v1/sandboxes/{id}"),
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await?
+            .0)
     }
 
     pub async fn token(&self, id: &str, scope: &str) -> anyhow::Result<Value> {
         let (status, value) = self
-            .call(reqwest::Method::POST, &format!("/v1/sandboxes/{id}/tokens"), Some(ADMIN_KEY), Some(json!({"scope": scope, "ttl_secs": 600})))
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/sandboxes/{id}/tokens"),
+                Some(ADMIN_KEY),
+                Some(json!({"scope": scope, "ttl_secs": 600})),
+            )
             .await?;
         if status != 201 {
             bail!("token answered {status}: {value}");
@@ -197,13 +234,28 @@ impl Orchestrator {
 
     /// This instance's containers (all states).
     pub fn containers(&self) -> Vec<String> {
-        docker(&["ps", "-aq", "--filter", &format!("label=agentbox.instance={}", self.instance)])
-            .map(|out| out.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
-            .unwrap_or_default()
+        docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=agentbox.instance={}", self.instance),
+        ])
+        .map(|out| {
+            out.lines()
+                .map(str::to_owned)
+                .filter(|l| !l.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
     }
 
     /// Waits until `predicate` holds, polling.
-    pub async fn wait_for(&self, what: &str, timeout: Duration, mut predicate: impl AsyncFnMut() -> bool) -> anyhow::Result<()> {
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut predicate: impl AsyncFnMut() -> bool,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if predicate().await {
@@ -211,7 +263,10 @@ impl Orchestrator {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        bail!("timed out waiting for {what}; log tail:\n{}", self.log_tail(40))
+        bail!(
+            "timed out waiting for {what}; log tail:\n{}",
+            self.log_tail(40)
+        )
     }
 }
 
