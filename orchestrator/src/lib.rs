@@ -29,6 +29,8 @@ pub mod tokens;
 
 use std::sync::Arc;
 
+use std::future::IntoFuture;
+
 use anyhow::Context;
 
 use crate::backend::Backend;
@@ -97,9 +99,22 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone());
     let app = api::router(state);
     tracing::info!(addr = %local, %public_url, %instance, image = %settings.image, pool_size = settings.pool_size, "listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .into_future(),
+    );
+    shutdown_signal().await;
+    let _ = stop.send(());
+    // Requests in flight get a moment to finish; open WebSocket sessions do not hold the exit.
+    match tokio::time::timeout(std::time::Duration::from_secs(10), server).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(error)) => tracing::error!(%error, "the server task failed"),
+        Err(_) => tracing::warn!("requests still open after 10 s; exiting anyway"),
+    }
     store.close().await;
     tracing::info!("stopped; sandboxes keep running and are adopted at the next start");
     Ok(())
