@@ -387,7 +387,7 @@ async fn fetch_json(
     let request = Request::builder()
         .uri(&upstream)
         .body(Body::empty())
-        .map_err(|e| ApiError::internal(e))?;
+        .map_err(ApiError::internal)?;
     let response = state
         .proxy
         .forward(request, &upstream, None)
