@@ -89,7 +89,7 @@ python_clients() {
 }
 step "Python clients through the orchestrator (agent-sandbox SDK, Playwright)" python_clients
 step "benchmark harness smoke run (orchestrator)" \
-  cargo run --locked --release -q -p agentbox-bench --bin orchestrator -- \
+  cargo run --locked --release -q -p agentbox-bench --bin orchestrator-bench -- \
   --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
 
 log "finished in $(( $(date +%s) - started )) s"
