@@ -69,7 +69,8 @@ python_env() {
 pytests() {
   local out
   out=$(mktemp)
-  "$venv/bin/pytest" -q -p no:cacheprovider tests/python 2>&1 | tee "$out"
+  ORCHESTRATOR_BIN="$root/target/release/orchestrator" \
+    "$venv/bin/pytest" -q -p no:cacheprovider tests/python 2>&1 | tee "$out"
   local status=${PIPESTATUS[0]}
   local summary
   summary=$(grep -E '(passed|failed|error)' "$out" | tail -1)
@@ -90,6 +91,16 @@ prepare() {
   ensure_docker || return 1
   ensure_command debootstrap debootstrap || return 1
   ensure_command curl curl || return 1
+  # The desktop crate's tests drive a real Xvfb on the host.
+  ensure_command Xvfb xvfb || return 1
+  ensure_command xdpyinfo x11-utils || return 1
+  # The orchestrator's store tests start a throwaway Postgres cluster.
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    ensure_command /usr/lib/postgresql/nonexistent postgresql || return 1
+  fi
+  ensure_command docker-compose docker-compose || return 1
+  ensure_command python3 python3 || return 1
+  python3 -c 'import venv, ensurepip' 2>/dev/null || ensure_command /nonexistent/python3-venv python3-venv || return 1
   python_env || return 1
   if ! cargo nextest --version >/dev/null 2>&1; then
     log "installing cargo-nextest"
@@ -111,6 +122,13 @@ log "== Python clients (agent-sandbox SDK, Playwright, mcp)"
 pytests || failures+=("pytest")
 step "benchmark harness smoke run (startup, 1 iteration)" \
   cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
+step "benchmark harness smoke run (capabilities, 2 iterations)" \
+  cargo run --locked --release -q -p agentbox-bench --bin capabilities -- --iterations 2
+step "compose.yaml is valid" docker-compose config -q
+step "build the orchestrator image" images/build-orchestrator.sh
+step "benchmark harness smoke run (orchestrator)" \
+  cargo run --locked --release -q -p agentbox-bench --bin orchestrator-bench -- \
+  --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
 
 log "finished in $(( $(date +%s) - started )) s"
 if [ ${#failures[@]} -gt 0 ]; then

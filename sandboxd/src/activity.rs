@@ -53,6 +53,11 @@ impl Activity {
         ActivityGuard(self.clone())
     }
 
+    /// Requests and sessions in progress.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
     /// How long since the last activity, or zero while something is in flight.
     pub fn idle_for(&self) -> Duration {
         if self.in_flight.load(Ordering::Acquire) > 0 {

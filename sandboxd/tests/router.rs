@@ -124,3 +124,36 @@ async fn the_openapi_document_describes_every_route() {
     assert!(doc["paths"]["/v1/processes"]["get"]["security"].is_array());
     assert!(doc["components"]["schemas"]["ProcessInfo"].is_object());
 }
+
+#[tokio::test]
+async fn the_heartbeat_reports_work_in_flight_but_not_itself() {
+    let mut settings = Settings::from_lookup(|_| None).unwrap();
+    settings.api_key = Some("k1".into());
+    let supervisor = Arc::new(Supervisor::start(SupervisorConfig::default()).unwrap());
+    let activity = Activity::new();
+    let app = router(AppState::new(
+        supervisor,
+        Arc::new(settings),
+        activity.clone(),
+    ));
+    let heartbeat = || {
+        Request::get("/v1/activity")
+            .header("authorization", "Bearer k1")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (status, body) = call(&app, heartbeat()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["in_flight"], 0, "{body}");
+    // A long-lived session (a terminal, say) is in flight.
+    let session = activity.hold();
+    let (_, body) = call(&app, heartbeat()).await;
+    assert_eq!(body["in_flight"], 1, "{body}");
+    drop(session);
+    let (_, body) = call(&app, heartbeat()).await;
+    assert_eq!(body["in_flight"], 0);
+    assert!(body["idle_secs"].as_f64().unwrap() < 5.0);
+    // The heartbeat needs the key.
+    let (status, _) = call(&app, get("/v1/activity")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}

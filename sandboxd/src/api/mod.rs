@@ -8,6 +8,7 @@
 //! **Invariant:** only this module knows JSON shapes and status codes; it calls into the
 //! supervisor and the capability modules, which know nothing of HTTP.
 
+pub mod activity;
 pub mod auth;
 pub mod desktop;
 pub mod error;
@@ -87,6 +88,7 @@ impl AppState {
 fn protected_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(health::protected_routes())
+        .merge(activity::routes())
         .merge(processes::routes())
         .merge(desktop::routes())
         .merge(sandbox::routes())
@@ -182,7 +184,11 @@ async fn request_span(State(state): State<AppState>, request: Request, next: Nex
 }
 
 /// Marks the sandbox active for the duration of each request (for the dead-man switch).
+/// The heartbeat (`GET /v1/activity`) marks activity itself, after reading the counters.
 async fn track_activity(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if request.uri().path() == activity::PATH {
+        return next.run(request).await;
+    }
     let _guard = state.activity.hold();
     next.run(request).await
 }

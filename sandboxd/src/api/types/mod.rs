@@ -5,6 +5,7 @@
 //! extra ones) and accept `null` for every optional field. The OpenAPI document at
 //! `/v1/openapi.json` is generated from these types and the route annotations.
 
+pub mod activity;
 pub mod common;
 pub mod desktop;
 pub mod file;
@@ -13,6 +14,7 @@ pub mod processes;
 pub mod sandbox;
 pub mod shell;
 
+pub use activity::*;
 pub use common::*;
 pub use desktop::*;
 pub use file::*;

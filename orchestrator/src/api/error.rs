@@ -1,0 +1,127 @@
+//! The one error type of the REST API: a status code and `{error: {code, message}}` (plus
+//! `logs` when a sandbox failed to start). Library errors map to it here and nowhere else.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::types::{ErrorBody, ErrorDetail};
+use crate::auth::KeyError;
+use crate::backend::BackendError;
+use crate::db::StoreError;
+use crate::sandboxes::SandboxError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub logs: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            logs: None,
+        }
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_field", message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %message, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error (see the orchestrator's log)",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+                logs: self.logs,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<SandboxError> for ApiError {
+    fn from(error: SandboxError) -> Self {
+        match error {
+            SandboxError::Invalid { .. } => ApiError::invalid(error.to_string()),
+            SandboxError::NotFound(what) => ApiError::not_found(format!(
+                "no {}",
+                if what.starts_with("token") {
+                    what
+                } else {
+                    format!("sandbox {what}")
+                }
+            )),
+            SandboxError::Conflict(message) => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
+            SandboxError::NotReady { reason, logs } => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "sandbox_not_ready",
+                message: format!("the sandbox did not become ready and was removed: {reason}"),
+                logs: Some(logs),
+            },
+            SandboxError::Backend(BackendError::ImageMissing(image)) => ApiError::invalid(format!(
+                "invalid `image`: image {image} is not present on the server"
+            )),
+            SandboxError::Backend(error) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "backend_unavailable",
+                error.to_string(),
+            ),
+            SandboxError::Store(error) => ApiError::internal(error),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        ApiError::internal(error)
+    }
+}
+
+impl From<KeyError> for ApiError {
+    fn from(error: KeyError) -> Self {
+        match error {
+            KeyError::BadName => ApiError::invalid(format!("invalid `name`: {error}")),
+            KeyError::WeakAdminKey => ApiError::invalid(error.to_string()),
+            KeyError::Store(error) => ApiError::internal(error),
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! `/v1/sandboxes`: create, list, get, delete, change timeouts.
+
+use std::collections::BTreeMap;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::ApiJson;
+use super::types::{
+    CreateSandboxRequest, ErrorBody, Sandbox, SandboxList, SandboxUrls, SetTimeoutRequest,
+};
+use crate::auth::Caller;
+use crate::db::{SandboxRecord, SandboxStatus};
+use crate::sandboxes::CreateSpec;
+use crate::secret::rfc3339;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list))
+        .routes(routes!(get, delete))
+        .routes(routes!(set_timeout))
+}
+
+/// The wire form of a sandbox.
+pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
+    let base = format!("{}/v1/sandboxes/{}", state.public_url, record.id);
+    let ws_base = base
+        .replacen("https://", "wss://", 1)
+        .replacen("http://", "ws://", 1);
+    Sandbox {
+        id: record.id.clone(),
+        status: record.status.as_str().into(),
+        image: record.image.clone(),
+        created_at: rfc3339(record.created_at),
+        ready_at: record.ready_at.map(rfc3339),
+        expires_at: rfc3339(record.expires_at),
+        last_active_at: rfc3339(
+            state
+                .sandboxes
+                .activity()
+                .get(&record.id)
+                .map_or(record.last_active_at, |(last, _)| {
+                    last.max(record.last_active_at)
+                }),
+        ),
+        idle_timeout_secs: record.idle_timeout_secs,
+        max_lifetime_secs: record.max_lifetime_secs,
+        resolution: record.resolution.clone(),
+        metadata: record.metadata.clone(),
+        error: record.error.clone(),
+        urls: SandboxUrls {
+            api: format!("{base}/api"),
+            vnc: format!("{base}/vnc/vnc.html"),
+            cdp: format!("{ws_base}/cdp"),
+        },
+    }
+}
+
+/// Creates a sandbox and answers once it is ready (or 503 with the reason and its logs).
+#[utoipa::path(post, path = "/v1/sandboxes", tag = "sandboxes",
+    request_body = CreateSandboxRequest,
+    responses(
+        (status = 201, body = Sandbox),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, description = "the sandbox did not become ready (it was removed)", body = ErrorBody),
+    ))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    ApiJson(request): ApiJson<CreateSandboxRequest>,
+) -> Result<(StatusCode, Json<Sandbox>), ApiError> {
+    let spec = CreateSpec {
+        image: request.image,
+        resolution: request.resolution,
+        idle_timeout_secs: request.idle_timeout_secs,
+        max_lifetime_secs: request.max_lifetime_secs,
+        env: request.env.unwrap_or_default(),
+        metadata: request.metadata.unwrap_or_default(),
+    };
+    let (record, _) = state.sandboxes.create(&caller.key_id, spec).await?;
+    Ok((StatusCode::CREATED, Json(to_wire(&state, &record))))
+}
+
+/// Lists sandboxes: `?status=ready` and any number of `metadata.KEY=VALUE` filters.
+#[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes",
+    params(
+        ("status" = Option<String>, Query, description = "creating, ready, deleting or lost"),
+        ("metadata.KEY" = Option<String>, Query, description = "only sandboxes whose metadata KEY has this value"),
+    ),
+    responses((status = 200, body = SandboxList), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<SandboxList>, ApiError> {
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
+    let mut status = None;
+    let mut metadata = BTreeMap::new();
+    for (name, value) in pairs {
+        if name == "status" {
+            status = Some(
+                value
+                    .parse::<SandboxStatus>()
+                    .map_err(|e| ApiError::invalid(format!("invalid `status`: {e}")))?,
+            );
+        } else if let Some(key) = name.strip_prefix("metadata.") {
+            metadata.insert(key.to_string(), value);
+        } else {
+            return Err(ApiError::invalid(format!(
+                "invalid query parameter `{name}`: use status or metadata.KEY"
+            )));
+        }
+    }
+    let records = state
+        .sandboxes
+        .list(caller.owner(), status, &metadata)
+        .await?;
+    Ok(Json(SandboxList {
+        sandboxes: records.iter().map(|r| to_wire(&state, r)).collect(),
+    }))
+}
+
+/// One sandbox.
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 200, body = Sandbox), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    let record = state.sandboxes.get(&id, caller.owner()).await?;
+    Ok(Json(to_wire(&state, &record)))
+}
+
+/// Removes the sandbox: its container, its tokens, its record.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 204, description = "removed"), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.sandboxes.delete(&id, caller.owner()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Changes the idle timeout and/or the absolute lifetime (counted from creation).
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/timeout", tag = "sandboxes",
+    params(("id" = String, Path)),
+    request_body = SetTimeoutRequest,
+    responses((status = 200, body = Sandbox), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_timeout(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<SetTimeoutRequest>,
+) -> Result<Json<Sandbox>, ApiError> {
+    let record = state
+        .sandboxes
+        .set_timeouts(
+            &id,
+            caller.owner(),
+            request.idle_timeout_secs,
+            request.max_lifetime_secs,
+        )
+        .await?;
+    Ok(Json(to_wire(&state, &record)))
+}

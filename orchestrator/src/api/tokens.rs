@@ -1,0 +1,105 @@
+//! `/v1/sandboxes/{id}/tokens`: viewer tokens for the noVNC client (and CDP, with `control`).
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::ApiJson;
+use super::types::{CreateTokenRequest, ErrorBody, Revoked, Token};
+use crate::auth::Caller;
+use crate::secret::rfc3339;
+use crate::tokens::Scope;
+
+/// Token lifetime when the request gives none.
+pub const DEFAULT_TTL_SECS: i64 = 900;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, revoke_all))
+        .routes(routes!(revoke))
+}
+
+/// The noVNC page URL for a token: autoconnects, scales, and for `view` tokens hides the
+/// input controls (the proxy drops input regardless).
+pub fn viewer_url(state: &AppState, sandbox_id: &str, token: &str, scope: Scope) -> String {
+    let base = format!("{}/v1/sandboxes/{sandbox_id}/vnc", state.public_url);
+    let ws_path = format!("v1/sandboxes/{sandbox_id}/vnc/websockify?token={token}");
+    let mut query = serde_urlencoded::to_string([
+        ("autoconnect", "1"),
+        ("resize", "scale"),
+        ("reconnect", "1"),
+        ("path", ws_path.as_str()),
+        ("token", token),
+    ])
+    .unwrap_or_default();
+    if scope == Scope::View {
+        query.push_str("&view_only=1");
+    }
+    format!("{base}/vnc.html?{query}")
+}
+
+/// Issues a signed, expiring token scoped to this sandbox.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/tokens", tag = "tokens",
+    params(("id" = String, Path)),
+    request_body = CreateTokenRequest,
+    responses((status = 201, body = Token), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<CreateTokenRequest>,
+) -> Result<(StatusCode, Json<Token>), ApiError> {
+    let ttl = request.ttl_secs.unwrap_or(DEFAULT_TTL_SECS);
+    let (token, record) = state
+        .sandboxes
+        .issue_token(&id, caller.owner(), request.scope, ttl)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(Token {
+            viewer_url: viewer_url(&state, &id, &token, request.scope),
+            id: record.id,
+            token,
+            scope: record.scope,
+            expires_at: rfc3339(record.expires_at),
+        }),
+    ))
+}
+
+/// Revokes every token of the sandbox; open sessions using them are closed.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/tokens", tag = "tokens",
+    params(("id" = String, Path)),
+    responses((status = 200, body = Revoked), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke_all(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Revoked>, ApiError> {
+    let revoked = state
+        .sandboxes
+        .revoke_tokens(&id, caller.owner(), None)
+        .await?;
+    Ok(Json(Revoked { revoked }))
+}
+
+/// Revokes one token; open sessions using it are closed.
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/tokens/{token_id}", tag = "tokens",
+    params(("id" = String, Path), ("token_id" = String, Path)),
+    responses((status = 200, body = Revoked), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path((id, token_id)): Path<(String, String)>,
+) -> Result<Json<Revoked>, ApiError> {
+    let revoked = state
+        .sandboxes
+        .revoke_tokens(&id, caller.owner(), Some(&token_id))
+        .await?;
+    Ok(Json(Revoked { revoked }))
+}

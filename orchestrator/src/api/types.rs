@@ -1,0 +1,163 @@
+//! Every type on the wire of the orchestrator's REST API, in one place. The OpenAPI document
+//! (`GET /v1/openapi.json`) is generated from these and the route annotations.
+//!
+//! Request types reject unknown fields (a misspelt `idle_timeout` should fail loudly, not be
+//! ignored) and accept `null` for optional ones. Times are RFC 3339 strings in UTC.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    /// Image to run; default: the server's sandbox image. Others must be allowed by the server.
+    pub image: Option<String>,
+    /// Screen size `WIDTHxHEIGHT`, e.g. `1280x800`.
+    pub resolution: Option<String>,
+    /// Seconds without activity before the sandbox is removed.
+    pub idle_timeout_secs: Option<i64>,
+    /// Absolute lifetime in seconds, counted from creation.
+    pub max_lifetime_secs: Option<i64>,
+    /// Environment variables for the sandbox.
+    pub env: Option<BTreeMap<String, String>>,
+    /// Labels for your own bookkeeping; `GET /v1/sandboxes?metadata.KEY=VALUE` filters on them.
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// Where to reach a sandbox through the orchestrator.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SandboxUrls {
+    /// Base URL of the sandbox API (point the `agent-sandbox` SDK here, with your API key).
+    pub api: String,
+    /// The noVNC page; needs a token from `POST /v1/sandboxes/{id}/tokens`.
+    pub vnc: String,
+    /// CDP WebSocket (or `http` base for `connect_over_cdp`), with your API key.
+    pub cdp: String,
+}
+
+/// A sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Sandbox {
+    pub id: String,
+    /// `creating`, `ready`, `deleting` or `lost`.
+    pub status: String,
+    pub image: String,
+    pub created_at: String,
+    pub ready_at: Option<String>,
+    /// End of the absolute lifetime.
+    pub expires_at: String,
+    pub last_active_at: String,
+    pub idle_timeout_secs: i64,
+    pub max_lifetime_secs: i64,
+    pub resolution: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    /// Why the sandbox is `lost`.
+    pub error: Option<String>,
+    pub urls: SandboxUrls,
+}
+
+/// `GET /v1/sandboxes`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SandboxList {
+    pub sandboxes: Vec<Sandbox>,
+}
+
+/// `POST /v1/sandboxes/{id}/timeout`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetTimeoutRequest {
+    pub idle_timeout_secs: Option<i64>,
+    /// New absolute lifetime, counted from creation.
+    pub max_lifetime_secs: Option<i64>,
+}
+
+/// `POST /v1/sandboxes/{id}/tokens`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenRequest {
+    /// `view` (watch only: input is dropped) or `control`.
+    #[schema(value_type = String)]
+    pub scope: crate::tokens::Scope,
+    /// Lifetime in seconds (default 900, at most 86400).
+    pub ttl_secs: Option<i64>,
+}
+
+/// A viewer token.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Token {
+    /// Token id, for `DELETE /v1/sandboxes/{id}/tokens/{token_id}`.
+    pub id: String,
+    pub token: String,
+    pub scope: String,
+    pub expires_at: String,
+    /// The noVNC page, logged in with this token.
+    pub viewer_url: String,
+}
+
+/// Answer to a revocation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Revoked {
+    pub revoked: u64,
+}
+
+/// `POST /v1/keys`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyRequest {
+    pub name: String,
+    /// Admin keys manage keys and see every sandbox.
+    #[serde(default)]
+    pub admin: Option<bool>,
+}
+
+/// An API key (never its text, except once at creation).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ApiKey {
+    pub id: String,
+    pub name: String,
+    pub admin: bool,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// `POST /v1/keys`: the key's text is in `key`, shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreatedKey {
+    #[serde(flatten)]
+    pub api_key: ApiKey,
+    pub key: String,
+}
+
+/// `GET /v1/keys`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct KeyList {
+    pub keys: Vec<ApiKey>,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+}
+
+/// Every error: `{error: {code, message}}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable: `unauthorized`, `forbidden`, `not_found`, `bad_request`,
+    /// `invalid_field`, `conflict`, `payload_too_large`, `sandbox_not_ready`,
+    /// `backend_unavailable`, `unavailable`, `internal`.
+    pub code: String,
+    pub message: String,
+    /// The container's last output, when a sandbox failed to start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<String>,
+}

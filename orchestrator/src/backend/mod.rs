@@ -1,0 +1,83 @@
+//! Where sandboxes run. [`Backend`] is what the lifecycle needs from a container platform;
+//! [`docker::DockerBackend`] implements it with the Docker Engine API. A Kubernetes backend
+//! would implement the same trait.
+//!
+//! **Invariant:** a backend knows containers, not HTTP requests or database rows; it only ever
+//! touches containers labelled as this orchestrator instance's.
+
+pub mod docker;
+
+use std::collections::BTreeMap;
+
+use crate::config::Limits;
+
+/// Labels on every container the orchestrator creates.
+pub const LABEL_MANAGED: &str = "agentbox.managed";
+pub const LABEL_SANDBOX_ID: &str = "agentbox.sandbox_id";
+pub const LABEL_INSTANCE: &str = "agentbox.instance";
+
+/// Where sandboxd reads its key from (a file it deletes after reading).
+pub const KEY_FILE_DIR: &str = "/run/agentbox";
+pub const KEY_FILE: &str = "/run/agentbox/api-key";
+
+/// Ports inside the sandbox.
+pub const SANDBOXD_PORT: u16 = 8080;
+pub const NOVNC_PORT: u16 = 6080;
+pub const CDP_PORT: u16 = 9222;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub sandbox_id: String,
+    pub image: String,
+    /// Environment for sandboxd (user variables, screen size, the idle switch). Never the key.
+    pub env: BTreeMap<String, String>,
+    /// sandboxd's API key, delivered as a file.
+    pub api_key: String,
+    pub limits: Limits,
+}
+
+/// A container that was created and started.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub container_id: String,
+    /// IP address on the sandbox network.
+    pub address: String,
+}
+
+/// One of this instance's containers, as the platform sees it.
+#[derive(Debug, Clone)]
+pub struct ContainerInfo {
+    pub container_id: String,
+    pub sandbox_id: Option<String>,
+    pub running: bool,
+    pub address: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("the container platform is unreachable: {0}")]
+    Unavailable(String),
+    #[error("image {0} not found: build it with images/build.sh")]
+    ImageMissing(String),
+    #[error("{step}: {message}")]
+    Failed { step: &'static str, message: String },
+}
+
+/// What the lifecycle needs from a container platform.
+#[async_trait::async_trait]
+pub trait Backend: Send + Sync {
+    /// One-time setup (network); idempotent.
+    async fn prepare(&self) -> Result<(), BackendError>;
+    /// Creates the container, delivers the key file, starts it and returns its address.
+    /// On failure nothing is left behind.
+    async fn start(&self, spec: &ContainerSpec) -> Result<Started, BackendError>;
+    /// Removes a container and its anonymous volumes; a missing container is not an error.
+    async fn remove(&self, container_id: &str) -> Result<(), BackendError>;
+    /// This instance's containers, running or not.
+    async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError>;
+    /// One container, `None` when it does not exist.
+    async fn inspect(&self, container_id: &str) -> Result<Option<ContainerInfo>, BackendError>;
+    /// The last lines of a container's output (for failure reports).
+    async fn logs_tail(&self, container_id: &str, lines: usize) -> Result<String, BackendError>;
+}

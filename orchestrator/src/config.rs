@@ -1,0 +1,246 @@
+//! Settings of `orchestrator serve`: flags, each with an environment variable, and the values
+//! derived from them. Nothing here reads the environment except through clap.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// Per-sandbox resource limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub memory_mib: u64,
+    pub cpus: f64,
+    pub pids: i64,
+    pub shm_mib: u64,
+}
+
+/// `orchestrator serve` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address of the REST API.
+    #[arg(long, env = "AGENTBOX_LISTEN", default_value = "127.0.0.1:8090")]
+    pub listen: SocketAddr,
+    /// Directory for the SQLite database (unless DATABASE_URL is set).
+    #[arg(long, env = "AGENTBOX_DATA_DIR", default_value = "./agentbox-data")]
+    pub data_dir: PathBuf,
+    /// `postgres://...` selects Postgres; default: SQLite in the data directory.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Base URL clients use to reach this server (in `urls` and viewer links). Default:
+    /// `http://<listen address>`.
+    #[arg(long, env = "AGENTBOX_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Sandbox image used when a request names none.
+    #[arg(
+        long,
+        env = "AGENTBOX_SANDBOX_IMAGE",
+        default_value = "agentbox/sandbox:latest"
+    )]
+    pub image: String,
+    /// Further images a request may name (comma-separated in the environment). The default
+    /// image is always allowed; nothing else is unless listed.
+    #[arg(
+        long = "allow-image",
+        env = "AGENTBOX_ALLOWED_IMAGES",
+        value_delimiter = ','
+    )]
+    pub allowed_images: Vec<String>,
+    /// Docker bridge network for sandboxes (created with inter-container traffic disabled).
+    #[arg(long, env = "AGENTBOX_NETWORK", default_value = "agentbox")]
+    pub network: String,
+    /// Label value marking this orchestrator's containers. Default: an id kept in the database,
+    /// so a restart with the same data adopts its containers.
+    #[arg(long, env = "AGENTBOX_INSTANCE")]
+    pub instance: Option<String>,
+    /// Ready containers kept waiting for the default image.
+    #[arg(long, env = "AGENTBOX_POOL_SIZE", default_value_t = 2)]
+    pub pool_size: usize,
+    /// Memory limit per sandbox, MiB.
+    #[arg(long, env = "AGENTBOX_SANDBOX_MEMORY_MIB", default_value_t = 2048)]
+    pub memory_mib: u64,
+    /// CPU limit per sandbox (cores).
+    #[arg(long, env = "AGENTBOX_SANDBOX_CPUS", default_value_t = 1.0)]
+    pub cpus: f64,
+    /// Process limit per sandbox.
+    #[arg(long, env = "AGENTBOX_SANDBOX_PIDS", default_value_t = 1024)]
+    pub pids: i64,
+    /// /dev/shm size per sandbox, MiB (Chromium needs more than Docker's 64).
+    #[arg(long, env = "AGENTBOX_SANDBOX_SHM_MIB", default_value_t = 512)]
+    pub shm_mib: u64,
+    /// Sandboxes booting at the same time (0: one per CPU, at least 2). Further creates wait
+    /// their turn: a desktop and a browser starting at once on every core would slow every
+    /// start until sandboxd's own readiness limits give up.
+    #[arg(long, env = "AGENTBOX_MAX_CONCURRENT_STARTS", default_value_t = 0)]
+    pub max_concurrent_starts: usize,
+    /// Idle timeout when a request gives none, seconds.
+    #[arg(long, env = "AGENTBOX_IDLE_TIMEOUT_SECS", default_value_t = 600)]
+    pub idle_timeout_secs: i64,
+    /// Absolute lifetime when a request gives none, seconds.
+    #[arg(long, env = "AGENTBOX_MAX_LIFETIME_SECS", default_value_t = 3600)]
+    pub max_lifetime_secs: i64,
+    /// Largest lifetime (and idle timeout) a request may ask for, seconds.
+    #[arg(long, env = "AGENTBOX_LIFETIME_CAP_SECS", default_value_t = 7 * 24 * 3600)]
+    pub lifetime_cap_secs: i64,
+    /// How long a new container may take to become ready, seconds.
+    #[arg(long, env = "AGENTBOX_READY_TIMEOUT_SECS", default_value_t = 120)]
+    pub ready_timeout_secs: u64,
+    /// Heartbeat period, seconds. Sandboxes exit on their own after 3 missed heartbeats
+    /// (`SANDBOXD_IDLE_EXIT_SECS`), so nothing outlives a dead orchestrator for long.
+    #[arg(long, env = "AGENTBOX_HEARTBEAT_SECS", default_value_t = 10)]
+    pub heartbeat_secs: u64,
+    /// How often the reaper looks for idle and expired sandboxes, milliseconds.
+    #[arg(long, env = "AGENTBOX_REAPER_INTERVAL_MS", default_value_t = 1000)]
+    pub reaper_interval_ms: u64,
+    /// How long records of sandboxes whose container vanished are kept, seconds.
+    #[arg(long, env = "AGENTBOX_LOST_RETENTION_SECS", default_value_t = 3600)]
+    pub lost_retention_secs: u64,
+    /// Admin key to install (at least 24 characters). Default: one is generated at first start
+    /// and printed once.
+    #[arg(long, env = "AGENTBOX_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
+    #[arg(long, env = "AGENTBOX_LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}
+
+/// Validated settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub database_url: String,
+    pub public_url: Option<String>,
+    pub image: String,
+    pub allowed_images: Vec<String>,
+    pub network: String,
+    pub instance: Option<String>,
+    pub pool_size: usize,
+    pub max_concurrent_starts: usize,
+    pub limits: Limits,
+    pub idle_timeout_secs: i64,
+    pub max_lifetime_secs: i64,
+    pub lifetime_cap_secs: i64,
+    pub ready_timeout: Duration,
+    pub heartbeat: Duration,
+    pub reaper_interval: Duration,
+    pub lost_retention: Duration,
+    pub admin_key: Option<String>,
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting --{flag}: {message}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub message: String,
+}
+
+fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        flag,
+        message: message.into(),
+    }
+}
+
+impl ServeArgs {
+    pub fn settings(self) -> Result<Settings, ConfigError> {
+        if self.cpus <= 0.0 || self.cpus > 256.0 {
+            return Err(invalid("cpus", "must be in (0, 256]"));
+        }
+        if self.memory_mib < 256 {
+            return Err(invalid("memory-mib", "must be at least 256"));
+        }
+        if self.pids < 64 {
+            return Err(invalid("pids", "must be at least 64"));
+        }
+        if self.heartbeat_secs == 0 {
+            return Err(invalid("heartbeat-secs", "must be at least 1"));
+        }
+        if self.idle_timeout_secs < 1 || self.idle_timeout_secs > self.lifetime_cap_secs {
+            return Err(invalid(
+                "idle-timeout-secs",
+                "must be between 1 and the lifetime cap",
+            ));
+        }
+        if self.max_lifetime_secs < 1 || self.max_lifetime_secs > self.lifetime_cap_secs {
+            return Err(invalid(
+                "max-lifetime-secs",
+                "must be between 1 and the lifetime cap",
+            ));
+        }
+        if self.reaper_interval_ms < 50 {
+            return Err(invalid("reaper-interval-ms", "must be at least 50"));
+        }
+        if self.network.is_empty() {
+            return Err(invalid("network", "must not be empty"));
+        }
+        let database_url = match self.database_url.filter(|u| !u.is_empty()) {
+            Some(url)
+                if url.starts_with("postgres://")
+                    || url.starts_with("postgresql://")
+                    || url.starts_with("sqlite:") =>
+            {
+                url
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "database-url",
+                    "must start with postgres://, postgresql:// or sqlite:",
+                ));
+            }
+            None => crate::db::sqlite_url(&self.data_dir),
+        };
+        let public_url = self
+            .public_url
+            .map(|u| u.trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty());
+        if let Some(url) = &public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid("public-url", "must start with http:// or https://"));
+        }
+        Ok(Settings {
+            listen: self.listen,
+            data_dir: self.data_dir,
+            database_url,
+            public_url,
+            image: self.image,
+            allowed_images: self
+                .allowed_images
+                .into_iter()
+                .filter(|i| !i.is_empty())
+                .collect(),
+            network: self.network,
+            instance: self.instance.filter(|i| !i.is_empty()),
+            pool_size: self.pool_size,
+            max_concurrent_starts: if self.max_concurrent_starts == 0 {
+                std::thread::available_parallelism()
+                    .map_or(2, |n| n.get())
+                    .max(2)
+            } else {
+                self.max_concurrent_starts
+            },
+            limits: Limits {
+                memory_mib: self.memory_mib,
+                cpus: self.cpus,
+                pids: self.pids,
+                shm_mib: self.shm_mib,
+            },
+            idle_timeout_secs: self.idle_timeout_secs,
+            max_lifetime_secs: self.max_lifetime_secs,
+            lifetime_cap_secs: self.lifetime_cap_secs,
+            ready_timeout: Duration::from_secs(self.ready_timeout_secs.max(1)),
+            heartbeat: Duration::from_secs(self.heartbeat_secs),
+            reaper_interval: Duration::from_millis(self.reaper_interval_ms),
+            lost_retention: Duration::from_secs(self.lost_retention_secs),
+            admin_key: self.admin_key.filter(|k| !k.is_empty()),
+            log_format: self.log_format,
+        })
+    }
+}

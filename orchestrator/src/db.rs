@@ -1,0 +1,657 @@
+//! The orchestrator's state in SQL: API keys, sandboxes, viewer tokens and a few settings.
+//!
+//! One code path for SQLite (the default, a file in the data directory) and Postgres
+//! (`DATABASE_URL=postgres://...`), through sqlx's `Any` driver and one set of portable
+//! migrations (`orchestrator/migrations/`). Placeholders are `$n`, which both accept; timestamps
+//! are milliseconds since the epoch, flags 0/1, maps JSON text.
+//!
+//! **Invariant:** this module knows SQL and nothing of HTTP or Docker.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+// Dynamic SQL here is built only from constants and `$n` placeholders, never from input.
+use sqlx::{AnyPool, Row};
+
+/// Errors from the store, naming the step.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("connecting to the database {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("applying migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database query ({what}): {source}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("corrupt row in {what}: {message}")]
+    Corrupt { what: &'static str, message: String },
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+fn query_error(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Query { what, source }
+}
+
+/// Where a sandbox is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SandboxStatus {
+    /// Container being created or started, not yet answering `/readyz`.
+    Creating,
+    /// Ready and handed out (or waiting in the warm pool when `pooled`).
+    Ready,
+    /// Being removed.
+    Deleting,
+    /// The record outlived its container (found missing by the reconciler or the heartbeat).
+    Lost,
+}
+
+impl SandboxStatus {
+    pub const ALL: [SandboxStatus; 4] = [Self::Creating, Self::Ready, Self::Deleting, Self::Lost];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Creating => "creating",
+            Self::Ready => "ready",
+            Self::Deleting => "deleting",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+impl FromStr for SandboxStatus {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| format!("unknown status `{s}` (one of creating, ready, deleting, lost)"))
+    }
+}
+
+/// One sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxRecord {
+    pub id: String,
+    /// The API key that created (or claimed) it; `None` while in the warm pool.
+    pub owner_key_id: Option<String>,
+    pub image: String,
+    pub status: SandboxStatus,
+    /// Waiting in the warm pool, not yet claimed.
+    pub pooled: bool,
+    pub container_id: Option<String>,
+    /// The container's address on the sandbox network.
+    pub address: Option<String>,
+    /// sandboxd's per-sandbox key. Never leaves the orchestrator.
+    pub api_key: String,
+    /// `WIDTHxHEIGHT`, or `None` for the image's default.
+    pub resolution: Option<String>,
+    pub env: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+    pub idle_timeout_secs: i64,
+    pub max_lifetime_secs: i64,
+    pub created_at: i64,
+    pub ready_at: Option<i64>,
+    /// Absolute end of life (`created_at + max_lifetime_secs`).
+    pub expires_at: i64,
+    pub last_active_at: i64,
+    pub ended_at: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// An API key as stored: only its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub name: String,
+    pub key_hash: String,
+    pub is_admin: bool,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// A viewer token's record (the token itself is signed; this row makes it revocable).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub sandbox_id: String,
+    pub scope: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// Which sandboxes to list.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxFilter {
+    /// Only those of this key (`None`: everyone's).
+    pub owner_key_id: Option<String>,
+    pub status: Option<SandboxStatus>,
+    /// Include warm-pool members.
+    pub include_pooled: bool,
+}
+
+/// The database.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    is_sqlite: bool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("is_sqlite", &self.is_sqlite)
+            .finish()
+    }
+}
+
+/// The SQLite URL for a data directory.
+pub fn sqlite_url(data_dir: &Path) -> String {
+    format!(
+        "sqlite://{}?mode=rwc",
+        data_dir.join("orchestrator.db").display()
+    )
+}
+
+/// A database URL with any password replaced, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}://{user}:***{}", &url[..scheme_end], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+const SANDBOX_COLUMNS: &str = "id, owner_key_id, image, status, pooled, container_id, address, \
+    api_key, resolution, env, metadata, idle_timeout_secs, max_lifetime_secs, created_at, \
+    ready_at, expires_at, last_active_at, ended_at, error";
+
+impl Store {
+    /// Connects and applies the migrations.
+    pub async fn connect(url: &str) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let is_sqlite = url.starts_with("sqlite:");
+        let pool = AnyPoolOptions::new()
+            .max_connections(if is_sqlite { 8 } else { 16 })
+            .after_connect(move |connection, _| {
+                Box::pin(async move {
+                    if is_sqlite {
+                        use sqlx::Executor;
+                        // WAL lets readers proceed during a write; the busy timeout makes
+                        // writers wait for each other instead of failing.
+                        connection.execute("PRAGMA journal_mode = WAL").await?;
+                        connection.execute("PRAGMA busy_timeout = 10000").await?;
+                        connection.execute("PRAGMA synchronous = NORMAL").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: redact_url(url),
+                source,
+            })?;
+        sqlx::migrate!("./migrations").run(&pool).await?;
+        Ok(Self { pool, is_sqlite })
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        self.is_sqlite
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    // ---- settings ----
+
+    /// Stores `value` under `name` unless a value is there; returns the stored value.
+    pub async fn setting_or_insert(&self, name: &str, value: &str) -> Result<String> {
+        sqlx::query(
+            "INSERT INTO settings (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(value)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("insert setting"))?;
+        let row = sqlx::query("SELECT value FROM settings WHERE name = $1")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error("read setting"))?;
+        row.try_get::<String, _>(0)
+            .map_err(query_error("read setting"))
+    }
+
+    // ---- API keys ----
+
+    pub async fn insert_key(&self, key: &ApiKeyRecord) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO api_keys (id, name, key_hash, is_admin, created_at, revoked_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&key.id)
+        .bind(&key.name)
+        .bind(&key.key_hash)
+        .bind(key.is_admin as i64)
+        .bind(key.created_at)
+        .bind(key.revoked_at)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("insert api key"))?;
+        Ok(())
+    }
+
+    pub async fn key_by_hash(&self, hash: &str) -> Result<Option<ApiKeyRecord>> {
+        let row = sqlx::query(
+            "SELECT id, name, key_hash, is_admin, created_at, revoked_at FROM api_keys \
+             WHERE key_hash = $1",
+        )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("find api key"))?;
+        row.map(|row| key_from_row(&row)).transpose()
+    }
+
+    pub async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, name, key_hash, is_admin, created_at, revoked_at FROM api_keys \
+             ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("list api keys"))?;
+        rows.iter().map(key_from_row).collect()
+    }
+
+    pub async fn count_keys(&self) -> Result<i64> {
+        let row = sqlx::query("SELECT COUNT(*) FROM api_keys")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error("count api keys"))?;
+        row.try_get::<i64, _>(0)
+            .map_err(query_error("count api keys"))
+    }
+
+    /// Marks a key revoked; false when there is no such (unrevoked) key.
+    pub async fn revoke_key(&self, id: &str, at: i64) -> Result<bool> {
+        let done =
+            sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+                .bind(at)
+                .bind(id)
+                .execute(&self.pool)
+                .await
+                .map_err(query_error("revoke api key"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    // ---- sandboxes ----
+
+    pub async fn insert_sandbox(&self, s: &SandboxRecord) -> Result<()> {
+        let sql = format!(
+            "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&s.id)
+            .bind(&s.owner_key_id)
+            .bind(&s.image)
+            .bind(s.status.as_str())
+            .bind(s.pooled as i64)
+            .bind(&s.container_id)
+            .bind(&s.address)
+            .bind(&s.api_key)
+            .bind(&s.resolution)
+            .bind(to_json(&s.env))
+            .bind(to_json(&s.metadata))
+            .bind(s.idle_timeout_secs)
+            .bind(s.max_lifetime_secs)
+            .bind(s.created_at)
+            .bind(s.ready_at)
+            .bind(s.expires_at)
+            .bind(s.last_active_at)
+            .bind(s.ended_at)
+            .bind(&s.error)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("insert sandbox"))?;
+        Ok(())
+    }
+
+    pub async fn sandbox(&self, id: &str) -> Result<Option<SandboxRecord>> {
+        let sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("get sandbox"))?;
+        row.map(|row| sandbox_from_row(&row)).transpose()
+    }
+
+    pub async fn list_sandboxes(&self, filter: &SandboxFilter) -> Result<Vec<SandboxRecord>> {
+        let mut sql = format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE 1 = 1");
+        let mut n = 0;
+        if filter.owner_key_id.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND owner_key_id = ${n}"));
+        }
+        if filter.status.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND status = ${n}"));
+        }
+        if !filter.include_pooled {
+            sql.push_str(" AND pooled = 0");
+        }
+        sql.push_str(" ORDER BY created_at, id");
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        if let Some(owner) = &filter.owner_key_id {
+            query = query.bind(owner);
+        }
+        if let Some(status) = filter.status {
+            query = query.bind(status.as_str());
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("list sandboxes"))?;
+        rows.iter().map(sandbox_from_row).collect()
+    }
+
+    /// Records the container of a sandbox being created.
+    pub async fn set_container(&self, id: &str, container_id: &str, address: &str) -> Result<()> {
+        sqlx::query("UPDATE sandboxes SET container_id = $1, address = $2 WHERE id = $3")
+            .bind(container_id)
+            .bind(address)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("set container"))?;
+        Ok(())
+    }
+
+    /// Marks a sandbox ready.
+    pub async fn mark_ready(&self, id: &str, at: i64) -> Result<()> {
+        sqlx::query(
+            "UPDATE sandboxes SET status = 'ready', ready_at = $1, last_active_at = $1 \
+             WHERE id = $2",
+        )
+        .bind(at)
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("mark ready"))?;
+        Ok(())
+    }
+
+    /// Sets the status (and the error and end time, for terminal states).
+    pub async fn set_status(
+        &self,
+        id: &str,
+        status: SandboxStatus,
+        error: Option<&str>,
+        ended_at: Option<i64>,
+    ) -> Result<()> {
+        sqlx::query("UPDATE sandboxes SET status = $1, error = $2, ended_at = $3 WHERE id = $4")
+            .bind(status.as_str())
+            .bind(error)
+            .bind(ended_at)
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("set status"))?;
+        Ok(())
+    }
+
+    /// Hands a ready pool member to an owner, atomically: false when someone else got it first
+    /// or it is no longer ready.
+    pub async fn claim_pooled(&self, claimed: &SandboxRecord) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET pooled = 0, owner_key_id = $1, metadata = $2, \
+             idle_timeout_secs = $3, max_lifetime_secs = $4, created_at = $5, expires_at = $6, \
+             last_active_at = $7 WHERE id = $8 AND pooled = 1 AND status = 'ready'",
+        )
+        .bind(&claimed.owner_key_id)
+        .bind(to_json(&claimed.metadata))
+        .bind(claimed.idle_timeout_secs)
+        .bind(claimed.max_lifetime_secs)
+        .bind(claimed.created_at)
+        .bind(claimed.expires_at)
+        .bind(claimed.last_active_at)
+        .bind(&claimed.id)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("claim pooled sandbox"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub async fn set_timeouts(
+        &self,
+        id: &str,
+        idle_timeout_secs: i64,
+        max_lifetime_secs: i64,
+        expires_at: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE sandboxes SET idle_timeout_secs = $1, max_lifetime_secs = $2, expires_at = $3 \
+             WHERE id = $4",
+        )
+        .bind(idle_timeout_secs)
+        .bind(max_lifetime_secs)
+        .bind(expires_at)
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("set timeouts"))?;
+        Ok(())
+    }
+
+    /// Records the last activity (only ever moves forward).
+    pub async fn touch(&self, id: &str, at: i64) -> Result<()> {
+        sqlx::query(
+            "UPDATE sandboxes SET last_active_at = $1 WHERE id = $2 AND last_active_at < $1",
+        )
+        .bind(at)
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("touch sandbox"))?;
+        Ok(())
+    }
+
+    /// Deletes a sandbox and its tokens.
+    pub async fn delete_sandbox(&self, id: &str) -> Result<bool> {
+        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        sqlx::query("DELETE FROM tokens WHERE sandbox_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("delete tokens"))?;
+        let done = sqlx::query("DELETE FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("delete sandbox"))?;
+        tx.commit().await.map_err(query_error("commit"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    // ---- tokens ----
+
+    pub async fn insert_token(&self, token: &TokenRecord) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO tokens (id, sandbox_id, scope, created_at, expires_at, revoked_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&token.id)
+        .bind(&token.sandbox_id)
+        .bind(&token.scope)
+        .bind(token.created_at)
+        .bind(token.expires_at)
+        .bind(token.revoked_at)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("insert token"))?;
+        Ok(())
+    }
+
+    pub async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
+        let row = sqlx::query(
+            "SELECT id, sandbox_id, scope, created_at, expires_at, revoked_at FROM tokens \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("get token"))?;
+        row.map(|row| token_from_row(&row)).transpose()
+    }
+
+    /// Revokes one token of a sandbox (or all of them with `token_id = None`); returns how many.
+    pub async fn revoke_tokens(
+        &self,
+        sandbox_id: &str,
+        token_id: Option<&str>,
+        at: i64,
+    ) -> Result<u64> {
+        let done = match token_id {
+            Some(token_id) => {
+                sqlx::query(
+                    "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND id = $3 \
+                 AND revoked_at IS NULL",
+                )
+                .bind(at)
+                .bind(sandbox_id)
+                .bind(token_id)
+                .execute(&self.pool)
+                .await
+            }
+            None => sqlx::query(
+                "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND revoked_at IS NULL",
+            )
+            .bind(at)
+            .bind(sandbox_id)
+            .execute(&self.pool)
+            .await,
+        }
+        .map_err(query_error("revoke tokens"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Deletes token rows that expired before `before` (their signatures are worthless anyway).
+    pub async fn purge_expired_tokens(&self, before: i64) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM tokens WHERE expires_at < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("purge tokens"))?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn to_json(map: &BTreeMap<String, String>) -> String {
+    // A map of strings always serialises.
+    serde_json::to_string(map).unwrap_or_else(|_| "{}".into())
+}
+
+fn from_json(what: &'static str, text: &str) -> Result<BTreeMap<String, String>> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        what,
+        message: e.to_string(),
+    })
+}
+
+fn get<'r, T>(row: &'r AnyRow, column: &'static str) -> Result<T>
+where
+    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    row.try_get(column).map_err(query_error(column))
+}
+
+fn key_from_row(row: &AnyRow) -> Result<ApiKeyRecord> {
+    Ok(ApiKeyRecord {
+        id: get(row, "id")?,
+        name: get(row, "name")?,
+        key_hash: get(row, "key_hash")?,
+        is_admin: get::<i64>(row, "is_admin")? != 0,
+        created_at: get(row, "created_at")?,
+        revoked_at: get(row, "revoked_at")?,
+    })
+}
+
+fn token_from_row(row: &AnyRow) -> Result<TokenRecord> {
+    Ok(TokenRecord {
+        id: get(row, "id")?,
+        sandbox_id: get(row, "sandbox_id")?,
+        scope: get(row, "scope")?,
+        created_at: get(row, "created_at")?,
+        expires_at: get(row, "expires_at")?,
+        revoked_at: get(row, "revoked_at")?,
+    })
+}
+
+fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {
+    let status: String = get(row, "status")?;
+    Ok(SandboxRecord {
+        id: get(row, "id")?,
+        owner_key_id: get(row, "owner_key_id")?,
+        image: get(row, "image")?,
+        status: status.parse().map_err(|message| StoreError::Corrupt {
+            what: "sandboxes.status",
+            message,
+        })?,
+        pooled: get::<i64>(row, "pooled")? != 0,
+        container_id: get(row, "container_id")?,
+        address: get(row, "address")?,
+        api_key: get(row, "api_key")?,
+        resolution: get(row, "resolution")?,
+        env: from_json("sandboxes.env", &get::<String>(row, "env")?)?,
+        metadata: from_json("sandboxes.metadata", &get::<String>(row, "metadata")?)?,
+        idle_timeout_secs: get(row, "idle_timeout_secs")?,
+        max_lifetime_secs: get(row, "max_lifetime_secs")?,
+        created_at: get(row, "created_at")?,
+        ready_at: get(row, "ready_at")?,
+        expires_at: get(row, "expires_at")?,
+        last_active_at: get(row, "last_active_at")?,
+        ended_at: get(row, "ended_at")?,
+        error: get(row, "error")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://agent:secret@db:5432/x"),
+            "postgres://agent:***@db:5432/x"
+        );
+        assert_eq!(redact_url("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for status in SandboxStatus::ALL {
+            assert_eq!(status.as_str().parse::<SandboxStatus>(), Ok(status));
+        }
+        assert!("bogus".parse::<SandboxStatus>().is_err());
+    }
+}

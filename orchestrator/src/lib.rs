@@ -1,0 +1,138 @@
+//! The Agentbox orchestrator: one sandbox container per task.
+//!
+//! Layout:
+//! - [`config`]: `serve` flags (each with an environment variable) and the settings built from
+//!   them;
+//! - [`db`]: the SQL store (SQLite by default, Postgres with `DATABASE_URL`; one set of
+//!   migrations);
+//! - [`auth`]: API keys (hashed; admin key bootstrap); [`tokens`]: signed viewer tokens;
+//! - [`backend`]: the container platform behind a trait; [`backend::docker`] with bollard;
+//! - [`sandboxes`]: the lifecycle (create, ready, claim, delete), reconciliation, the reaper,
+//!   heartbeats and the warm pool;
+//! - [`proxy`]: HTTP and WebSocket relays and the RFB view-only filter;
+//! - [`api`]: the REST API (axum), the only part that knows HTTP status codes;
+//! - [`metrics`]: Prometheus metrics; [`logging`]: JSON logs; [`cli`]: the command line;
+//! - [`secret`]: random secrets, ids, hashes and time helpers.
+
+pub mod api;
+pub mod auth;
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod logging;
+pub mod metrics;
+pub mod proxy;
+pub mod sandboxes;
+pub mod secret;
+pub mod tokens;
+
+use std::sync::Arc;
+
+use std::future::IntoFuture;
+
+use anyhow::Context;
+
+use crate::backend::Backend;
+use crate::backend::docker::DockerBackend;
+use crate::config::Settings;
+
+/// Runs the server until SIGINT or SIGTERM.
+pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    if settings.database_url.starts_with("sqlite:") {
+        std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+            format!(
+                "creating the data directory {}",
+                settings.data_dir.display()
+            )
+        })?;
+    }
+    let store = db::Store::connect(&settings.database_url).await?;
+    tracing::info!(database = %db::redact_url(&settings.database_url), "database ready");
+
+    let keys = Arc::new(auth::ApiKeys::new(store.clone()));
+    if let Some(key) = keys.bootstrap(settings.admin_key.as_deref()).await? {
+        // Printed once, on stdout, outside the logs: it is not stored anywhere in clear.
+        println!("admin API key (shown once, store it now): {key}");
+    }
+    let signing_key = store
+        .setting_or_insert("token_signing_key", &secret::new_secret(""))
+        .await?;
+    let signer = tokens::TokenSigner::new(signing_key.as_bytes());
+    let instance = match &settings.instance {
+        Some(instance) => instance.clone(),
+        None => {
+            store
+                .setting_or_insert("instance_id", &secret::new_id(""))
+                .await?
+        }
+    };
+
+    let backend = DockerBackend::connect(&settings.network, &instance).await?;
+    backend.prepare().await?;
+    let backend: Arc<dyn Backend> = Arc::new(backend);
+
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("listening on {}", settings.listen))?;
+    let local = listener.local_addr()?;
+    let public_url = settings
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{local}"));
+
+    let metrics = Arc::new(metrics::Metrics::new());
+    let settings = Arc::new(settings);
+    let sandboxes = sandboxes::Sandboxes::new(
+        store.clone(),
+        backend,
+        settings.clone(),
+        metrics.clone(),
+        signer,
+    );
+    sandboxes.reconcile().await?;
+
+    tokio::spawn(sandboxes.clone().reap_forever());
+    tokio::spawn(sandboxes.clone().heartbeat_forever());
+    tokio::spawn(sandboxes::pool::Pool::refill_forever(sandboxes.clone()));
+
+    let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone());
+    let app = api::router(state);
+    tracing::info!(addr = %local, %public_url, %instance, image = %settings.image, pool_size = settings.pool_size, "listening");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .into_future(),
+    );
+    shutdown_signal().await;
+    let _ = stop.send(());
+    // Requests in flight get a moment to finish; open WebSocket sessions do not hold the exit.
+    match tokio::time::timeout(std::time::Duration::from_secs(10), server).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(error)) => tracing::error!(%error, "the server task failed"),
+        Err(_) => tracing::warn!("requests still open after 10 s; exiting anyway"),
+    }
+    store.close().await;
+    tracing::info!("stopped; sandboxes keep running and are adopted at the next start");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGTERM");
+            std::future::pending::<()>().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,102 @@
+//! Activity per sandbox, for the idle reaper: the last time something real happened (a proxied
+//! API call, a VNC or CDP session, work reported in flight by sandboxd) and how many sessions
+//! are open right now. The orchestrator's own heartbeat is not activity.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::secret::now_ms;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    last_ms: i64,
+    holds: usize,
+}
+
+/// Activity of every live sandbox.
+#[derive(Debug, Default)]
+pub struct ActivityTracker {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+/// Keeps a sandbox active while alive (an open proxied request or session).
+#[derive(Debug)]
+pub struct ActivityHold {
+    tracker: Arc<ActivityTracker>,
+    id: String,
+}
+
+impl Drop for ActivityHold {
+    fn drop(&mut self) {
+        if let Ok(mut entries) = self.tracker.entries.lock()
+            && let Some(entry) = entries.get_mut(&self.id)
+        {
+            entry.holds = entry.holds.saturating_sub(1);
+            entry.last_ms = entry.last_ms.max(now_ms());
+        }
+    }
+}
+
+impl ActivityTracker {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Starts tracking a sandbox whose last activity was at `last_ms`.
+    pub fn seed(&self, id: &str, last_ms: i64) {
+        if let Ok(mut entries) = self.entries.lock() {
+            let entry = entries.entry(id.to_string()).or_default();
+            entry.last_ms = entry.last_ms.max(last_ms);
+        }
+    }
+
+    /// Records activity now.
+    pub fn touch(&self, id: &str) {
+        self.seed(id, now_ms());
+    }
+
+    /// Marks activity and holds the sandbox active until the guard drops.
+    pub fn hold(self: &Arc<Self>, id: &str) -> ActivityHold {
+        if let Ok(mut entries) = self.entries.lock() {
+            let entry = entries.entry(id.to_string()).or_default();
+            entry.holds += 1;
+            entry.last_ms = entry.last_ms.max(now_ms());
+        }
+        ActivityHold {
+            tracker: self.clone(),
+            id: id.to_string(),
+        }
+    }
+
+    /// (last activity in ms, open sessions), if tracked.
+    pub fn get(&self, id: &str) -> Option<(i64, usize)> {
+        let entries = self.entries.lock().ok()?;
+        entries.get(id).map(|e| (e.last_ms, e.holds))
+    }
+
+    pub fn forget(&self, id: &str) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.remove(id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_count_and_release() {
+        let tracker = ActivityTracker::new();
+        tracker.seed("a", 5);
+        assert_eq!(tracker.get("a"), Some((5, 0)));
+        let hold = tracker.hold("a");
+        let (last, holds) = tracker.get("a").unwrap();
+        assert!(last > 5);
+        assert_eq!(holds, 1);
+        drop(hold);
+        assert_eq!(tracker.get("a").unwrap().1, 0);
+        tracker.forget("a");
+        assert_eq!(tracker.get("a"), None);
+    }
+}

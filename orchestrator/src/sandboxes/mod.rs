@@ -1,0 +1,784 @@
+//! The sandbox lifecycle: create (cold or from the warm pool), wait until ready, list, change
+//! timeouts, delete; viewer tokens; and the background work that keeps state and containers in
+//! step: [`reconcile`] at start, [`reaper`] (idle and lifetime limits, heartbeats) while
+//! running, [`pool`] (ready containers waiting to be claimed).
+//!
+//! **Invariant:** this module knows the database, the backend and sandboxd's own routes, but
+//! nothing of the orchestrator's HTTP API; errors are [`SandboxError`] values that the API maps
+//! to status codes.
+//!
+//! **Invariant:** nothing is leaked. A sandbox that fails to become ready is removed (container
+//! and row) before the error is returned; deletions that fail are retried by the reaper; the
+//! reconciler removes containers without a record and records without a container.
+
+pub mod activity;
+pub mod pool;
+pub mod reaper;
+pub mod reconcile;
+pub mod sandboxd;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, BackendError, ContainerSpec};
+use crate::config::Settings;
+use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus, Store, StoreError, TokenRecord};
+use crate::metrics::Metrics;
+use crate::secret::{new_id, new_secret, now_ms};
+use crate::tokens::{Claims, Scope, TokenError, TokenSigner};
+use activity::ActivityTracker;
+use pool::Pool;
+use sandboxd::SandboxdClient;
+
+/// Limits on what a request may ask for.
+pub const MAX_ENV_VARS: usize = 64;
+pub const MAX_ENV_VALUE: usize = 8 * 1024;
+pub const MAX_METADATA: usize = 32;
+pub const MAX_METADATA_KEY: usize = 64;
+pub const MAX_METADATA_VALUE: usize = 512;
+pub const MAX_TOKEN_TTL_SECS: i64 = 24 * 3600;
+
+/// Why a sandbox went away (for logs and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    Deleted,
+    Idle,
+    Lifetime,
+    Failed,
+    Orphan,
+    Lost,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deleted => "deleted",
+            Self::Idle => "idle",
+            Self::Lifetime => "lifetime",
+            Self::Failed => "failed",
+            Self::Orphan => "orphan",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("invalid `{field}`: {message}")]
+    Invalid { field: String, message: String },
+    #[error("no sandbox {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the sandbox did not become ready: {reason}")]
+    NotReady { reason: String, logs: String },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> SandboxError {
+    SandboxError::Invalid {
+        field: field.to_string(),
+        message: message.into(),
+    }
+}
+
+/// What a client asks for.
+#[derive(Debug, Clone, Default)]
+pub struct CreateSpec {
+    pub image: Option<String>,
+    pub resolution: Option<String>,
+    pub idle_timeout_secs: Option<i64>,
+    pub max_lifetime_secs: Option<i64>,
+    pub env: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// How a sandbox was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Cold,
+    Pool,
+}
+
+/// Why a token does not open a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    #[error("{0}")]
+    Invalid(#[from] TokenError),
+    #[error("token revoked")]
+    Revoked,
+    #[error("token is for another sandbox")]
+    OtherSandbox,
+    #[error("token does not grant control")]
+    NeedsControl,
+}
+
+/// The lifecycle service. Cheap to share (`Arc`).
+pub struct Sandboxes {
+    pub(crate) store: Store,
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) settings: Arc<Settings>,
+    pub(crate) activity: Arc<ActivityTracker>,
+    pub(crate) sandboxd: SandboxdClient,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) signer: TokenSigner,
+    pub(crate) pool: Pool,
+    /// Sandboxes being deleted right now (so the API and the reaper do not race).
+    deleting: Mutex<HashSet<String>>,
+    /// Admission control for starts (`--max-concurrent-starts`), first come first served.
+    starts: tokio::sync::Semaphore,
+}
+
+impl Sandboxes {
+    pub fn new(
+        store: Store,
+        backend: Arc<dyn Backend>,
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+        signer: TokenSigner,
+    ) -> Arc<Self> {
+        let pool = Pool::new(settings.image.clone(), settings.pool_size);
+        let starts = tokio::sync::Semaphore::new(settings.max_concurrent_starts.max(1));
+        Arc::new(Self {
+            store,
+            backend,
+            settings,
+            activity: ActivityTracker::new(),
+            sandboxd: SandboxdClient::new(),
+            metrics,
+            signer,
+            pool,
+            deleting: Mutex::new(HashSet::new()),
+            starts,
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn activity(&self) -> &Arc<ActivityTracker> {
+        &self.activity
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Checks a request and fills in defaults; returns (image, idle, lifetime).
+    fn validate(&self, spec: &CreateSpec) -> Result<(String, i64, i64), SandboxError> {
+        let image = match &spec.image {
+            None => self.settings.image.clone(),
+            Some(image) if image.is_empty() || image.len() > 255 => {
+                return Err(invalid("image", "must be 1 to 255 characters"));
+            }
+            Some(image) => {
+                if !self.settings.allowed_images.iter().any(|a| a == image)
+                    && *image != self.settings.image
+                {
+                    return Err(invalid(
+                        "image",
+                        format!(
+                            "image `{image}` is not allowed on this server (see --allow-image)"
+                        ),
+                    ));
+                }
+                image.clone()
+            }
+        };
+        if let Some(resolution) = &spec.resolution {
+            parse_resolution(resolution)?;
+        }
+        let cap = self.settings.lifetime_cap_secs;
+        let idle = spec
+            .idle_timeout_secs
+            .unwrap_or(self.settings.idle_timeout_secs);
+        if !(1..=cap).contains(&idle) {
+            return Err(invalid(
+                "idle_timeout_secs",
+                format!("must be between 1 and {cap}"),
+            ));
+        }
+        let lifetime = spec
+            .max_lifetime_secs
+            .unwrap_or(self.settings.max_lifetime_secs);
+        if !(1..=cap).contains(&lifetime) {
+            return Err(invalid(
+                "max_lifetime_secs",
+                format!("must be between 1 and {cap}"),
+            ));
+        }
+        validate_env(&spec.env)?;
+        validate_metadata(&spec.metadata)?;
+        Ok((image, idle, lifetime))
+    }
+
+    /// Creates a sandbox for `owner` and returns it once ready. Takes a ready one from the warm
+    /// pool when the request allows (default image, no env, default resolution).
+    pub async fn create(
+        self: &Arc<Self>,
+        owner_key_id: &str,
+        spec: CreateSpec,
+    ) -> Result<(SandboxRecord, Source), SandboxError> {
+        let (image, idle, lifetime) = self.validate(&spec)?;
+        let started = Instant::now();
+        if spec.env.is_empty() && spec.resolution.is_none() && image == self.pool.image() {
+            let now = now_ms();
+            let claim = |id: String| SandboxRecord {
+                id,
+                owner_key_id: Some(owner_key_id.to_string()),
+                image: image.clone(),
+                status: SandboxStatus::Ready,
+                pooled: false,
+                container_id: None,
+                address: None,
+                api_key: String::new(),
+                resolution: None,
+                env: BTreeMap::new(),
+                metadata: spec.metadata.clone(),
+                idle_timeout_secs: idle,
+                max_lifetime_secs: lifetime,
+                created_at: now,
+                ready_at: None,
+                expires_at: now + lifetime * 1000,
+                last_active_at: now,
+                ended_at: None,
+                error: None,
+            };
+            if let Some(record) = self.pool.claim(self, claim).await? {
+                self.activity.touch(&record.id);
+                self.metrics.observe_create("pool", "ok", started.elapsed());
+                tracing::info!(sandbox_id = %record.id, source = "pool", "sandbox claimed from the warm pool");
+                return Ok((record, Source::Pool));
+            }
+        }
+        let now = now_ms();
+        let record = SandboxRecord {
+            id: new_id("sbx-"),
+            owner_key_id: Some(owner_key_id.to_string()),
+            image,
+            status: SandboxStatus::Creating,
+            pooled: false,
+            container_id: None,
+            address: None,
+            api_key: new_secret("sbk_"),
+            resolution: spec.resolution,
+            env: spec.env,
+            metadata: spec.metadata,
+            idle_timeout_secs: idle,
+            max_lifetime_secs: lifetime,
+            created_at: now,
+            ready_at: None,
+            expires_at: now + lifetime * 1000,
+            last_active_at: now,
+            ended_at: None,
+            error: None,
+        };
+        match self.start(record).await {
+            Ok(record) => {
+                self.metrics.observe_create("cold", "ok", started.elapsed());
+                Ok((record, Source::Cold))
+            }
+            Err(error) => {
+                self.metrics
+                    .observe_create("cold", "failed", started.elapsed());
+                Err(error)
+            }
+        }
+    }
+
+    /// Inserts the record, starts its container and waits until sandboxd is ready. On failure
+    /// the container and the row are removed and the error carries the container's last output.
+    pub(crate) async fn start(&self, record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
+        self.store.insert_sandbox(&record).await?;
+        let permit = self.starts.acquire().await;
+        let result = self.boot(record.clone()).await;
+        drop(permit);
+        if result.is_err() {
+            let _ = self.store.delete_sandbox(&record.id).await;
+        }
+        result
+    }
+
+    /// Starts the container of an inserted record and waits until sandboxd is ready.
+    async fn boot(&self, mut record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
+        let mut env = record.env.clone();
+        if let Some(resolution) = &record.resolution {
+            let (width, height) = parse_resolution(resolution)?;
+            env.insert("SCREEN_WIDTH".into(), width.to_string());
+            env.insert("SCREEN_HEIGHT".into(), height.to_string());
+        }
+        // The dead-man switch: three missed heartbeats and the sandbox stops (and, being
+        // auto-removed, disappears).
+        env.insert(
+            "SANDBOXD_IDLE_EXIT_SECS".into(),
+            (self.settings.heartbeat.as_secs() * 3).max(3).to_string(),
+        );
+        let spec = ContainerSpec {
+            sandbox_id: record.id.clone(),
+            image: record.image.clone(),
+            env,
+            api_key: record.api_key.clone(),
+            limits: self.settings.limits.clone(),
+        };
+        let started = match self.backend.start(&spec).await {
+            Ok(started) => started,
+            Err(error) => {
+                let _ = self.store.delete_sandbox(&record.id).await;
+                tracing::warn!(sandbox_id = %record.id, %error, "starting the container failed");
+                return Err(error.into());
+            }
+        };
+        record.container_id = Some(started.container_id.clone());
+        record.address = Some(started.address.clone());
+        if let Err(error) = self
+            .store
+            .set_container(&record.id, &started.container_id, &started.address)
+            .await
+        {
+            let _ = self.backend.remove(&started.container_id).await;
+            let _ = self.store.delete_sandbox(&record.id).await;
+            return Err(error.into());
+        }
+        if let Err(reason) = self
+            .wait_ready(&started.container_id, &started.address, &record.api_key)
+            .await
+        {
+            let logs = self
+                .backend
+                .logs_tail(&started.container_id, 30)
+                .await
+                .unwrap_or_else(|e| format!("(logs unavailable: {e})"));
+            let _ = self.backend.remove(&started.container_id).await;
+            let _ = self.store.delete_sandbox(&record.id).await;
+            self.metrics.sandbox_ended(EndReason::Failed);
+            tracing::warn!(sandbox_id = %record.id, %reason, "sandbox failed to become ready; removed");
+            return Err(SandboxError::NotReady { reason, logs });
+        }
+        let now = now_ms();
+        self.store.mark_ready(&record.id, now).await?;
+        record.status = SandboxStatus::Ready;
+        record.ready_at = Some(now);
+        record.last_active_at = now;
+        self.activity.seed(&record.id, now);
+        tracing::info!(sandbox_id = %record.id, container_id = %started.container_id, pooled = record.pooled, "sandbox ready");
+        Ok(record)
+    }
+
+    /// Polls `/readyz` until 200, the container exits, or the ready timeout passes.
+    async fn wait_ready(&self, container_id: &str, address: &str, key: &str) -> Result<(), String> {
+        let deadline = Instant::now() + self.settings.ready_timeout;
+        let mut last_check = Instant::now();
+        let mut interval = Duration::from_millis(20);
+        loop {
+            if let Ok(true) = self.sandboxd.ready(address, key).await {
+                return Ok(());
+            }
+            if last_check.elapsed() > Duration::from_secs(1) {
+                last_check = Instant::now();
+                match self.backend.inspect(container_id).await {
+                    Ok(Some(info)) if info.running => {}
+                    Ok(_) => return Err("the container exited before it was ready".into()),
+                    Err(error) => return Err(error.to_string()),
+                }
+            }
+            if Instant::now() >= deadline {
+                let last = self.sandboxd.readiness_message(address, key).await;
+                return Err(format!(
+                    "not ready after {} s (last answer: {})",
+                    self.settings.ready_timeout.as_secs(),
+                    last.chars().take(500).collect::<String>()
+                ));
+            }
+            tokio::time::sleep(interval).await;
+            interval = (interval + Duration::from_millis(10)).min(Duration::from_millis(100));
+        }
+    }
+
+    /// One sandbox, as seen by `owner` (`None`: any owner, for admins).
+    pub async fn get(&self, id: &str, owner: Option<&str>) -> Result<SandboxRecord, SandboxError> {
+        match self.store.sandbox(id).await? {
+            Some(record)
+                if !record.pooled
+                    && owner.is_none_or(|o| record.owner_key_id.as_deref() == Some(o)) =>
+            {
+                Ok(record)
+            }
+            _ => Err(SandboxError::NotFound(id.to_string())),
+        }
+    }
+
+    /// One sandbox that is ready (for the proxies): not found, or a conflict naming its state.
+    pub async fn get_ready(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+    ) -> Result<SandboxRecord, SandboxError> {
+        let record = self.get(id, owner).await?;
+        if record.status != SandboxStatus::Ready || record.address.is_none() {
+            return Err(SandboxError::Conflict(format!(
+                "sandbox {id} is {}, not ready",
+                record.status.as_str()
+            )));
+        }
+        Ok(record)
+    }
+
+    /// Sandboxes matching the filter and every metadata pair.
+    pub async fn list(
+        &self,
+        owner: Option<&str>,
+        status: Option<SandboxStatus>,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<SandboxRecord>, SandboxError> {
+        let filter = SandboxFilter {
+            owner_key_id: owner.map(str::to_owned),
+            status,
+            include_pooled: false,
+        };
+        let mut records = self.store.list_sandboxes(&filter).await?;
+        records.retain(|r| metadata.iter().all(|(k, v)| r.metadata.get(k) == Some(v)));
+        Ok(records)
+    }
+
+    /// Changes the idle timeout and/or the lifetime (counted from creation).
+    pub async fn set_timeouts(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        idle_timeout_secs: Option<i64>,
+        max_lifetime_secs: Option<i64>,
+    ) -> Result<SandboxRecord, SandboxError> {
+        let mut record = self.get(id, owner).await?;
+        if record.status != SandboxStatus::Ready && record.status != SandboxStatus::Creating {
+            return Err(SandboxError::Conflict(format!(
+                "sandbox {id} is {}",
+                record.status.as_str()
+            )));
+        }
+        let cap = self.settings.lifetime_cap_secs;
+        if let Some(idle) = idle_timeout_secs {
+            if !(1..=cap).contains(&idle) {
+                return Err(invalid(
+                    "idle_timeout_secs",
+                    format!("must be between 1 and {cap}"),
+                ));
+            }
+            record.idle_timeout_secs = idle;
+        }
+        if let Some(lifetime) = max_lifetime_secs {
+            if !(1..=cap).contains(&lifetime) {
+                return Err(invalid(
+                    "max_lifetime_secs",
+                    format!("must be between 1 and {cap}"),
+                ));
+            }
+            let expires_at = record.created_at + lifetime * 1000;
+            if expires_at <= now_ms() {
+                return Err(invalid(
+                    "max_lifetime_secs",
+                    "the sandbox is already older than that; use DELETE to end it",
+                ));
+            }
+            record.max_lifetime_secs = lifetime;
+            record.expires_at = expires_at;
+        }
+        self.store
+            .set_timeouts(
+                id,
+                record.idle_timeout_secs,
+                record.max_lifetime_secs,
+                record.expires_at,
+            )
+            .await?;
+        self.activity.touch(id);
+        Ok(record)
+    }
+
+    /// Deletes a sandbox for a client.
+    pub async fn delete(&self, id: &str, owner: Option<&str>) -> Result<(), SandboxError> {
+        let record = self.get(id, owner).await?;
+        if record.status == SandboxStatus::Creating {
+            return Err(SandboxError::Conflict(format!(
+                "sandbox {id} is still being created; delete it once the create call returns"
+            )));
+        }
+        self.remove(&record, EndReason::Deleted).await
+    }
+
+    /// Removes the container (if any) and the record. Idempotent; concurrent calls for the same
+    /// sandbox do the work once.
+    pub(crate) async fn remove(
+        &self,
+        record: &SandboxRecord,
+        reason: EndReason,
+    ) -> Result<(), SandboxError> {
+        {
+            let Ok(mut deleting) = self.deleting.lock() else {
+                return Ok(());
+            };
+            if !deleting.insert(record.id.clone()) {
+                return Ok(());
+            }
+        }
+        let result = async {
+            if record.status != SandboxStatus::Lost {
+                self.store
+                    .set_status(&record.id, SandboxStatus::Deleting, None, None)
+                    .await?;
+            }
+            if let Some(container_id) = &record.container_id {
+                self.backend.remove(container_id).await?;
+            }
+            self.store.delete_sandbox(&record.id).await?;
+            Ok::<(), SandboxError>(())
+        }
+        .await;
+        if let Ok(mut deleting) = self.deleting.lock() {
+            deleting.remove(&record.id);
+        }
+        match &result {
+            Ok(()) => {
+                self.activity.forget(&record.id);
+                self.pool.forget(&record.id);
+                self.metrics.sandbox_ended(reason);
+                tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "sandbox removed");
+            }
+            Err(error) => {
+                tracing::warn!(sandbox_id = %record.id, %error, "removing the sandbox failed; the reaper retries");
+            }
+        }
+        result
+    }
+
+    // ---- viewer tokens ----
+
+    /// Issues a token for a ready sandbox; returns (token text, record).
+    pub async fn issue_token(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        scope: Scope,
+        ttl_secs: i64,
+    ) -> Result<(String, TokenRecord), SandboxError> {
+        if !(1..=MAX_TOKEN_TTL_SECS).contains(&ttl_secs) {
+            return Err(invalid(
+                "ttl_secs",
+                format!("must be between 1 and {MAX_TOKEN_TTL_SECS}"),
+            ));
+        }
+        let sandbox = self.get_ready(id, owner).await?;
+        let now = now_ms();
+        let record = TokenRecord {
+            id: new_id("tok-"),
+            sandbox_id: sandbox.id.clone(),
+            scope: scope.as_str().to_string(),
+            created_at: now,
+            expires_at: now + ttl_secs * 1000,
+            revoked_at: None,
+        };
+        self.store.insert_token(&record).await?;
+        let token = self.signer.sign(&Claims {
+            tid: record.id.clone(),
+            sid: sandbox.id,
+            scope,
+            exp: record.expires_at,
+        });
+        Ok((token, record))
+    }
+
+    /// Revokes one token (or every token of the sandbox); returns how many were revoked.
+    pub async fn revoke_tokens(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        token_id: Option<&str>,
+    ) -> Result<u64, SandboxError> {
+        self.get(id, owner).await?;
+        let revoked = self.store.revoke_tokens(id, token_id, now_ms()).await?;
+        if token_id.is_some() && revoked == 0 {
+            return Err(SandboxError::NotFound(format!(
+                "token {} of sandbox {id}",
+                token_id.unwrap_or("")
+            )));
+        }
+        Ok(revoked)
+    }
+
+    /// Checks a token for sandbox `id`: signature, expiry, sandbox, revocation.
+    pub async fn check_token(&self, token: &str, id: &str) -> Result<Claims, SandboxError> {
+        match self.verify_token(token, id).await? {
+            Ok(claims) => Ok(claims),
+            Err(error) => Err(SandboxError::Conflict(error.to_string())),
+        }
+    }
+
+    /// Token verdict: `Ok(Err(..))` says why the token does not open sandbox `id`.
+    pub async fn verify_token(
+        &self,
+        token: &str,
+        id: &str,
+    ) -> Result<Result<Claims, AccessError>, SandboxError> {
+        let claims = match self.signer.verify(token, now_ms()) {
+            Ok(claims) => claims,
+            Err(error) => return Ok(Err(error.into())),
+        };
+        if claims.sid != id {
+            return Ok(Err(AccessError::OtherSandbox));
+        }
+        match self.store.token(&claims.tid).await? {
+            Some(record) if record.revoked_at.is_none() && record.sandbox_id == id => {
+                Ok(Ok(claims))
+            }
+            _ => Ok(Err(AccessError::Revoked)),
+        }
+    }
+
+    /// Whether a token (already verified once) is still valid: not revoked, not expired.
+    pub async fn token_still_valid(&self, claims: &Claims) -> bool {
+        if claims.exp <= now_ms() {
+            return false;
+        }
+        matches!(self.store.token(&claims.tid).await, Ok(Some(r)) if r.revoked_at.is_none())
+    }
+}
+
+/// Parses `WIDTHxHEIGHT` within sensible bounds.
+pub fn parse_resolution(text: &str) -> Result<(u32, u32), SandboxError> {
+    let bad = || {
+        invalid(
+            "resolution",
+            "must be WIDTHxHEIGHT, e.g. 1280x800, between 320x200 and 3840x2160",
+        )
+    };
+    let (w, h) = text.split_once(['x', 'X']).ok_or_else(bad)?;
+    let w: u32 = w.trim().parse().map_err(|_| bad())?;
+    let h: u32 = h.trim().parse().map_err(|_| bad())?;
+    if !(320..=3840).contains(&w) || !(200..=2160).contains(&h) {
+        return Err(bad());
+    }
+    Ok((w, h))
+}
+
+/// Variables the orchestrator sets itself; a request may not override them.
+fn reserved_env(name: &str) -> bool {
+    name.starts_with("SANDBOX")
+        || name.starts_with("SCREEN_")
+        || matches!(
+            name,
+            "DISPLAY" | "HOME" | "USER" | "PATH" | "LD_PRELOAD" | "LD_LIBRARY_PATH"
+        )
+}
+
+fn validate_env(env: &BTreeMap<String, String>) -> Result<(), SandboxError> {
+    if env.len() > MAX_ENV_VARS {
+        return Err(invalid("env", format!("at most {MAX_ENV_VARS} variables")));
+    }
+    for (name, value) in env {
+        let field = format!("env.{name}");
+        let valid_name = !name.is_empty()
+            && name.len() <= 128
+            && name
+                .chars()
+                .enumerate()
+                .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+        if !valid_name {
+            return Err(invalid(
+                &field,
+                "names are letters, digits and _, not starting with a digit",
+            ));
+        }
+        if reserved_env(name) {
+            return Err(invalid(
+                &field,
+                "is set by the orchestrator (SANDBOX*, SCREEN_*, DISPLAY, HOME, USER, PATH, LD_*)",
+            ));
+        }
+        if value.len() > MAX_ENV_VALUE || value.contains('\0') {
+            return Err(invalid(
+                &field,
+                format!("values are at most {MAX_ENV_VALUE} bytes, without NUL"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), SandboxError> {
+    if metadata.len() > MAX_METADATA {
+        return Err(invalid(
+            "metadata",
+            format!("at most {MAX_METADATA} entries"),
+        ));
+    }
+    for (key, value) in metadata {
+        if key.is_empty() || key.len() > MAX_METADATA_KEY {
+            return Err(invalid(
+                "metadata",
+                format!("keys are 1 to {MAX_METADATA_KEY} bytes"),
+            ));
+        }
+        if value.len() > MAX_METADATA_VALUE {
+            return Err(invalid(
+                &format!("metadata.{key}"),
+                format!("values are at most {MAX_METADATA_VALUE} bytes"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolutions_are_bounded() {
+        assert_eq!(parse_resolution("1280x800").unwrap(), (1280, 800));
+        assert_eq!(parse_resolution("1024X768").unwrap(), (1024, 768));
+        for bad in [
+            "",
+            "1280",
+            "x800",
+            "10x10",
+            "99999x800",
+            "axb",
+            "1280x800x2",
+        ] {
+            assert!(parse_resolution(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn env_names_and_reserved_variables_are_checked() {
+        let ok = BTreeMap::from([("FOO_1".to_string(), "bar".to_string())]);
+        assert!(validate_env(&ok).is_ok());
+        for name in [
+            "1FOO",
+            "FOO-BAR",
+            "",
+            "SANDBOX_API_KEY",
+            "SANDBOXD_IDLE_EXIT_SECS",
+            "DISPLAY",
+            "LD_PRELOAD",
+        ] {
+            let env = BTreeMap::from([(name.to_string(), "x".to_string())]);
+            assert!(validate_env(&env).is_err(), "{name}");
+        }
+        let nul = BTreeMap::from([("A".to_string(), "x\0y".to_string())]);
+        assert!(validate_env(&nul).is_err());
+    }
+
+    #[test]
+    fn metadata_is_bounded() {
+        let too_many: BTreeMap<String, String> =
+            (0..33).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(validate_metadata(&too_many).is_err());
+        let long = BTreeMap::from([("k".to_string(), "v".repeat(513))]);
+        assert!(validate_metadata(&long).is_err());
+    }
+}

@@ -1,0 +1,291 @@
+//! Harness for the orchestrator's end-to-end tests: runs the real binary against the real
+//! Docker Engine with a unique instance label, network and data directory, and removes every
+//! container and network it made when dropped, even when a test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentbox_tests::{docker, rand_u64, sandbox_image};
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+pub const ADMIN_KEY: &str = "test-admin-key-0123456789abcdefghij";
+
+/// How the server is started.
+#[derive(Clone)]
+pub struct Options {
+    pub pool_size: usize,
+    pub heartbeat_secs: u64,
+    pub ready_timeout_secs: u64,
+    pub extra_args: Vec<String>,
+    pub database_url: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            pool_size: 0,
+            heartbeat_secs: 2,
+            ready_timeout_secs: 180,
+            extra_args: Vec::new(),
+            database_url: None,
+        }
+    }
+}
+
+/// A running orchestrator.
+pub struct Orchestrator {
+    child: Option<Child>,
+    pub url: String,
+    pub instance: String,
+    pub network: String,
+    pub data_dir: PathBuf,
+    _data: tempfile::TempDir,
+    options: Options,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    pub http: reqwest::Client,
+}
+
+impl Orchestrator {
+    pub fn start(options: Options) -> anyhow::Result<Self> {
+        let image = sandbox_image();
+        if docker(&["image", "inspect", &image]).is_err() {
+            bail!("image {image} is missing: build it with images/build.sh");
+        }
+        let instance = format!("test-{:x}", rand_u64());
+        let data = tempfile::tempdir()?;
+        let mut orchestrator = Self {
+            child: None,
+            url: String::new(),
+            network: format!("agentbox-{instance}"),
+            instance,
+            data_dir: data.path().to_path_buf(),
+            _data: data,
+            options,
+            logs: Arc::new(Mutex::new(Vec::new())),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(300))
+                .build()?,
+        };
+        orchestrator.spawn()?;
+        Ok(orchestrator)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["--instance", &self.instance, "--network", &self.network])
+            .args(["--image", &sandbox_image()])
+            .args(["--pool-size", &self.options.pool_size.to_string()])
+            .args(["--heartbeat-secs", &self.options.heartbeat_secs.to_string()])
+            .args([
+                "--ready-timeout-secs",
+                &self.options.ready_timeout_secs.to_string(),
+            ])
+            .args(["--reaper-interval-ms", "200"])
+            .args(&self.options.extra_args)
+            .env("AGENTBOX_ADMIN_KEY", ADMIN_KEY)
+            .env_remove("DATABASE_URL")
+            .env_remove("AGENTBOX_PUBLIC_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(url) = &self.options.database_url {
+            command.env("DATABASE_URL", url);
+        }
+        let mut child = command
+            .spawn()
+            .context("starting the orchestrator binary")?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let logs = self.logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("\"listening\"") {
+                    let _ = tx.send(line.clone());
+                }
+                if std::env::var_os("ORCHESTRATOR_TEST_LOGS").is_some() {
+                    eprintln!("[orchestrator] {line}");
+                }
+                if let Ok(mut logs) = logs.lock() {
+                    logs.push(line);
+                }
+            }
+        });
+        self.child = Some(child);
+        let line = match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(line) => line,
+            Err(_) => bail!("the orchestrator did not start; log:\n{}", self.log_text()),
+        };
+        let value: Value = serde_json::from_str(&line)?;
+        let addr = value["addr"]
+            .as_str()
+            .context("addr in the listening line")?;
+        self.url = format!("http://{addr}");
+        Ok(())
+    }
+
+    pub fn log_text(&self) -> String {
+        self.logs.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// SIGKILL, no cleanup.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again with the same data, instance and network.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9();
+        self.spawn()
+    }
+
+    pub fn u(&self, path: &str) -> String {
+        format!("{}{path}", self.url)
+    }
+
+    /// A request with a key; returns (status, JSON or Null).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self.http.request(method, self.u(path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, Value)> {
+        self.call(reqwest::Method::GET, path, Some(ADMIN_KEY), None)
+            .await
+    }
+
+    /// Creates a sandbox (admin key) and checks the answer.
+    pub async fn create(&self, body: Value) -> anyhow::Result<Value> {
+        let (status, value) = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/sandboxes",
+                Some(ADMIN_KEY),
+                Some(body),
+            )
+            .await?;
+        if status != 201 {
+            bail!(
+                "create answered {status}: {value}\nlog tail:\n{}",
+                self.log_tail(30)
+            );
+        }
+        Ok(value)
+    }
+
+    pub async fn delete(&self, id: &str) -> anyhow::Result<u16> {
+        Ok(self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/v1/sandboxes/{id}"),
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await?
+            .0)
+    }
+
+    pub async fn token(&self, id: &str, scope: &str) -> anyhow::Result<Value> {
+        let (status, value) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/sandboxes/{id}/tokens"),
+                Some(ADMIN_KEY),
+                Some(json!({"scope": scope, "ttl_secs": 600})),
+            )
+            .await?;
+        if status != 201 {
+            bail!("token answered {status}: {value}");
+        }
+        Ok(value)
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        let logs = self.logs.lock().map(|l| l.clone()).unwrap_or_default();
+        logs[logs.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// This instance's containers (all states).
+    pub fn containers(&self) -> Vec<String> {
+        docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=agentbox.instance={}", self.instance),
+        ])
+        .map(|out| {
+            out.lines()
+                .map(str::to_owned)
+                .filter(|l| !l.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    /// Waits until `predicate` holds, polling.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut predicate: impl AsyncFnMut() -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if predicate().await {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!(
+            "timed out waiting for {what}; log tail:\n{}",
+            self.log_tail(40)
+        )
+    }
+}
+
+impl Drop for Orchestrator {
+    fn drop(&mut self) {
+        self.kill9();
+        for id in self.containers() {
+            let _ = docker(&["rm", "-f", "-v", &id]);
+        }
+        let _ = docker(&["network", "rm", &self.network]);
+    }
+}
+
+/// The container name of a sandbox.
+pub fn container_name(id: &str) -> String {
+    format!("agentbox-{id}")
+}
+
+/// Whether a sandbox's container exists.
+pub fn container_exists(id: &str) -> bool {
+    docker(&["inspect", &container_name(id)]).is_ok()
+}

@@ -1,0 +1,329 @@
+//! The store and the key registry against both databases: SQLite (a file in a temp dir) and a
+//! real, throwaway Postgres cluster started for the test on a loopback port (Debian's
+//! `postgresql` package; `scripts/test.sh` installs it).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use orchestrator::auth::ApiKeys;
+use orchestrator::db::{
+    ApiKeyRecord, SandboxFilter, SandboxRecord, SandboxStatus, Store, TokenRecord, sqlite_url,
+};
+
+fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
+    SandboxRecord {
+        id: id.into(),
+        owner_key_id: owner.map(str::to_owned),
+        image: "agentbox/sandbox:test".into(),
+        status: SandboxStatus::Creating,
+        pooled,
+        container_id: None,
+        address: None,
+        api_key: format!("sbk_{id}"),
+        resolution: Some("1280x800".into()),
+        env: BTreeMap::from([("A".into(), "1".into())]),
+        metadata: BTreeMap::from([
+            ("team".into(), "red".into()),
+            ("quote".into(), "it's \"x\"".into()),
+        ]),
+        idle_timeout_secs: 60,
+        max_lifetime_secs: 3600,
+        created_at: 1_000,
+        ready_at: None,
+        expires_at: 3_601_000,
+        last_active_at: 1_000,
+        ended_at: None,
+        error: None,
+    }
+}
+
+async fn exercise(url: &str) -> anyhow::Result<()> {
+    // Migrations are idempotent: connecting twice is fine.
+    Store::connect(url).await?.close().await;
+    let store = Store::connect(url).await?;
+
+    // Settings keep their first value.
+    assert_eq!(
+        store.setting_or_insert("instance_id", "first").await?,
+        "first"
+    );
+    assert_eq!(
+        store.setting_or_insert("instance_id", "second").await?,
+        "first"
+    );
+
+    // Keys.
+    let key = ApiKeyRecord {
+        id: "key-1".into(),
+        name: "ci".into(),
+        key_hash: "ab".repeat(32),
+        is_admin: false,
+        created_at: 5,
+        revoked_at: None,
+    };
+    store.insert_key(&key).await?;
+    assert_eq!(store.key_by_hash(&key.key_hash).await?, Some(key.clone()));
+    assert_eq!(store.key_by_hash("nope").await?, None);
+    assert!(
+        store.insert_key(&key).await.is_err(),
+        "ids and hashes are unique"
+    );
+    assert!(store.revoke_key("key-1", 9).await?);
+    assert!(!store.revoke_key("key-1", 10).await?, "already revoked");
+    assert_eq!(store.list_keys().await?[0].revoked_at, Some(9));
+
+    // Sandboxes.
+    let mine = sandbox("sbx-a", Some("key-1"), false);
+    store.insert_sandbox(&mine).await?;
+    store
+        .insert_sandbox(&sandbox("sbx-b", Some("key-2"), false))
+        .await?;
+    store.insert_sandbox(&sandbox("sbx-p", None, true)).await?;
+    assert_eq!(store.sandbox("sbx-a").await?, Some(mine.clone()));
+    store.set_container("sbx-a", "c0ffee", "172.30.0.5").await?;
+    store.mark_ready("sbx-a", 2_000).await?;
+    let ready = store.sandbox("sbx-a").await?.context("sbx-a")?;
+    assert_eq!(
+        (ready.status, ready.ready_at, ready.last_active_at),
+        (SandboxStatus::Ready, Some(2_000), 2_000)
+    );
+    assert_eq!(ready.address.as_deref(), Some("172.30.0.5"));
+    let all = store.list_sandboxes(&SandboxFilter::default()).await?;
+    assert_eq!(all.len(), 2, "pool members are not listed by default");
+    let with_pool = store
+        .list_sandboxes(&SandboxFilter {
+            include_pooled: true,
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(with_pool.len(), 3);
+    let filter = SandboxFilter {
+        owner_key_id: Some("key-1".into()),
+        status: Some(SandboxStatus::Ready),
+        include_pooled: false,
+    };
+    assert_eq!(store.list_sandboxes(&filter).await?.len(), 1);
+    let filter = SandboxFilter {
+        owner_key_id: Some("key-2".into()),
+        status: Some(SandboxStatus::Ready),
+        include_pooled: false,
+    };
+    assert_eq!(store.list_sandboxes(&filter).await?.len(), 0);
+
+    // Touch only moves forward.
+    store.touch("sbx-a", 5_000).await?;
+    store.touch("sbx-a", 4_000).await?;
+    assert_eq!(
+        store.sandbox("sbx-a").await?.context("a")?.last_active_at,
+        5_000
+    );
+    store.set_timeouts("sbx-a", 30, 60, 61_000).await?;
+    let a = store.sandbox("sbx-a").await?.context("a")?;
+    assert_eq!(
+        (a.idle_timeout_secs, a.max_lifetime_secs, a.expires_at),
+        (30, 60, 61_000)
+    );
+
+    // A pool member is claimed once.
+    store.mark_ready("sbx-p", 1_500).await?;
+    let mut claim = sandbox("sbx-p", Some("key-3"), false);
+    claim.created_at = 7_000;
+    claim.expires_at = 8_000;
+    assert!(store.claim_pooled(&claim).await?);
+    assert!(
+        !store.claim_pooled(&claim).await?,
+        "a second claim of the same member fails"
+    );
+    let claimed = store.sandbox("sbx-p").await?.context("p")?;
+    assert!(!claimed.pooled);
+    assert_eq!(claimed.owner_key_id.as_deref(), Some("key-3"));
+    assert_eq!(claimed.metadata, claim.metadata);
+
+    // Tokens.
+    for (id, sandbox_id) in [("tok-1", "sbx-a"), ("tok-2", "sbx-a"), ("tok-3", "sbx-b")] {
+        store
+            .insert_token(&TokenRecord {
+                id: id.into(),
+                sandbox_id: sandbox_id.into(),
+                scope: "view".into(),
+                created_at: 1,
+                expires_at: 100,
+                revoked_at: None,
+            })
+            .await?;
+    }
+    assert_eq!(
+        store.revoke_tokens("sbx-a", Some("tok-3"), 50).await?,
+        0,
+        "a token of another sandbox"
+    );
+    assert_eq!(store.revoke_tokens("sbx-a", Some("tok-1"), 50).await?, 1);
+    assert_eq!(store.revoke_tokens("sbx-a", None, 51).await?, 1);
+    assert_eq!(
+        store.token("tok-1").await?.context("tok-1")?.revoked_at,
+        Some(50)
+    );
+    assert_eq!(
+        store.token("tok-3").await?.context("tok-3")?.revoked_at,
+        None
+    );
+
+    // Status changes and deletion (with the sandbox's tokens).
+    store
+        .set_status("sbx-b", SandboxStatus::Lost, Some("gone"), Some(9_000))
+        .await?;
+    let lost = store.sandbox("sbx-b").await?.context("b")?;
+    assert_eq!(
+        (lost.status, lost.error.as_deref(), lost.ended_at),
+        (SandboxStatus::Lost, Some("gone"), Some(9_000))
+    );
+    assert!(store.delete_sandbox("sbx-a").await?);
+    assert!(!store.delete_sandbox("sbx-a").await?);
+    assert_eq!(store.token("tok-1").await?, None);
+    assert_eq!(store.purge_expired_tokens(1_000).await?, 1);
+
+    // The key registry on top: bootstrap once, authenticate, revoke.
+    let keys = ApiKeys::new(store.clone());
+    let admin = keys.bootstrap(None).await?;
+    assert!(admin.is_none(), "keys exist already: no new admin key");
+    let (record, text) = keys.create("user", false).await?;
+    assert!(
+        !store
+            .list_keys()
+            .await?
+            .iter()
+            .any(|k| k.key_hash.contains(&text)),
+        "only hashes are stored"
+    );
+    let caller = keys.authenticate(&text).await?.context("authenticates")?;
+    assert_eq!(caller.key_id, record.id);
+    assert!(keys.authenticate("abk_wrong").await?.is_none());
+    assert!(keys.revoke(&record.id).await?);
+    assert!(
+        keys.authenticate(&text).await?.is_none(),
+        "revocation is immediate"
+    );
+    assert!(
+        keys.bootstrap(Some("short")).await.is_err(),
+        "weak admin keys are refused"
+    );
+    store.close().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_store_works_on_sqlite() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    exercise(&sqlite_url(dir.path())).await?;
+    // A fresh database generates an admin key exactly once.
+    let other = tempfile::tempdir()?;
+    let store = Store::connect(&sqlite_url(other.path())).await?;
+    let keys = ApiKeys::new(store.clone());
+    let first = keys.bootstrap(None).await?;
+    assert!(first.as_deref().is_some_and(|k| k.starts_with("abk_")));
+    assert_eq!(keys.bootstrap(None).await?, None);
+    assert!(
+        keys.authenticate(first.as_deref().unwrap_or(""))
+            .await?
+            .is_some_and(|c| c.is_admin)
+    );
+    Ok(())
+}
+
+/// A throwaway Postgres cluster, stopped and deleted on drop.
+struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl Postgres {
+    fn start() -> anyhow::Result<Self> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .context(
+                "Postgres is not installed: apt-get install postgresql (scripts/test.sh does)",
+            )?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .find(|p| p.join("initdb").exists())
+            .context("no initdb under /usr/lib/postgresql/*/bin")?;
+        let dir = tempfile::Builder::new().prefix("agentbox-pg-").tempdir()?;
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+            listener.local_addr()?.port()
+        };
+        let data = dir.path().join("data");
+        let path = dir.path().display().to_string();
+        run(Command::new("chown").args(["postgres:postgres", &path]))?;
+        run(Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data))?;
+        let options = format!("-p {port} -k {path} -c listen_addresses=127.0.0.1 -c fsync=off");
+        run(Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(bin.join("pg_ctl"))
+            .args(["-D"])
+            .arg(&data)
+            .args(["-o", &options, "-l"])
+            .arg(dir.path().join("log"))
+            .args(["-w", "-t", "60", "start"]))?;
+        Ok(Self { dir, bin, port })
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+fn run(command: &mut Command) -> anyhow::Result<()> {
+    let output = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{command:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_store_works_on_postgres() -> anyhow::Result<()> {
+    let postgres = Postgres::start()?;
+    // The server accepts connections once pg_ctl -w returns; allow a moment anyway.
+    let mut attempts = 0;
+    loop {
+        match Store::connect(&postgres.url()).await {
+            Ok(store) => {
+                store.close().await;
+                break;
+            }
+            Err(error) if attempts < 20 => {
+                attempts += 1;
+                eprintln!("waiting for Postgres: {error}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    exercise(&postgres.url()).await
+}

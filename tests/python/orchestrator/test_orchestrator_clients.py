@@ -1,0 +1,55 @@
+"""The agent-sandbox SDK and Python Playwright, pointed at the orchestrator's proxies with the
+orchestrator's API key (never the sandbox's own key)."""
+
+import requests
+import pytest
+from agent_sandbox import Sandbox
+from playwright.sync_api import sync_playwright
+
+
+def test_sdk_reads_the_context_through_the_proxy(sandbox, admin_key):
+    client = Sandbox(base_url=sandbox["urls"]["api"], headers={"Authorization": f"Bearer {admin_key}"})
+    context = client.sandbox.get_context()
+    assert context.home_dir == "/home/agent"
+    assert context.workspace == "/home/agent/workspace"
+
+
+def test_sdk_is_refused_without_the_orchestrator_key(sandbox):
+    client = Sandbox(base_url=sandbox["urls"]["api"], headers={"Authorization": "Bearer wrong"})
+    with pytest.raises(Exception) as raised:
+        client.sandbox.get_context()
+    assert "401" in str(raised.value)
+
+
+def test_sdk_shell_exec_through_the_proxy(sandbox, admin_key):
+    client = Sandbox(base_url=sandbox["urls"]["api"], headers={"Authorization": f"Bearer {admin_key}"})
+    result = client.shell.exec_command(command="echo hello-from-$(whoami)")
+    assert "hello-from-agent" in result.data.output
+
+
+def test_sdk_screenshot_through_the_proxy(sandbox, admin_key):
+    client = Sandbox(base_url=sandbox["urls"]["api"], headers={"Authorization": f"Bearer {admin_key}"})
+    png = b"".join(client.browser.screenshot())
+    assert png.startswith(b"\x89PNG")
+    assert int.from_bytes(png[16:20], "big") == 1280
+
+
+def test_playwright_attaches_over_cdp_through_the_orchestrator(sandbox, admin_key):
+    endpoint = sandbox["urls"]["cdp"].replace("ws://", "http://", 1)
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(endpoint, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60_000)
+        context = browser.contexts[0] if browser.contexts else browser.new_context()
+        page = context.new_page()
+        page.set_content("<h1 id='t'>through the orchestrator</h1>")
+        assert page.inner_text("#t") == "through the orchestrator"
+        assert page.evaluate("1 + 2") == 3
+        page.close()
+        browser.close()
+
+
+def test_playwright_needs_credentials(sandbox):
+    endpoint = sandbox["urls"]["cdp"].replace("ws://", "http://", 1)
+    assert requests.get(endpoint + "/json/version", timeout=30).status_code == 401
+    with sync_playwright() as p:
+        with pytest.raises(Exception):
+            p.chromium.connect_over_cdp(endpoint, timeout=20_000)
