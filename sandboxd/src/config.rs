@@ -66,6 +66,88 @@ pub struct Settings {
     pub max_write_bytes: u64,
     /// The largest upload (`SANDBOXD_MAX_UPLOAD_BYTES`).
     pub max_upload_bytes: u64,
+    /// The browser API's settings.
+    pub browser: BrowserSettings,
+}
+
+/// Settings of the browser API (`/v1/browser/...`).
+#[derive(Debug, Clone)]
+pub struct BrowserSettings {
+    /// Chromium's DevTools HTTP endpoint inside the container (`SANDBOXD_BROWSER_CDP_ADDR`,
+    /// default `127.0.0.1:9229`).
+    pub cdp_addr: SocketAddr,
+    /// Open private and local addresses too (`SANDBOXD_BROWSER_ALLOW_PRIVATE`, default false).
+    pub allow_private: bool,
+    /// Host names, addresses and CIDR ranges opened even when private
+    /// (`SANDBOXD_BROWSER_ALLOW_HOSTS`, comma-separated).
+    pub allow_hosts: Vec<crate::browser::AllowedHost>,
+    /// The CDP URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_CDP_URL`); when unset it is
+    /// derived from the request's `Host` header (port 9222).
+    pub public_cdp_url: Option<String>,
+    /// The noVNC URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_VNC_URL`); when unset it is
+    /// derived from the request's `Host` header (port 6080, `/vnc.html`).
+    pub public_vnc_url: Option<String>,
+}
+
+impl BrowserSettings {
+    fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        let cdp_addr = parse_or(
+            get,
+            "SANDBOXD_BROWSER_CDP_ADDR",
+            "127.0.0.1:9229".parse().ok(),
+        )?
+        .expect("default CDP address is a valid literal");
+        let allow_private = match get("SANDBOXD_BROWSER_ALLOW_PRIVATE") {
+            None => false,
+            Some(text) => parse_bool(&text).ok_or_else(|| SettingsError {
+                name: "SANDBOXD_BROWSER_ALLOW_PRIVATE",
+                message: format!("must be true or false, got {text:?}"),
+            })?,
+        };
+        let allow_hosts = get("SANDBOXD_BROWSER_ALLOW_HOSTS")
+            .map(|list| {
+                list.split(',')
+                    .filter(|entry| !entry.trim().is_empty())
+                    .map(|entry| {
+                        crate::browser::AllowedHost::parse(entry).map_err(|message| SettingsError {
+                            name: "SANDBOXD_BROWSER_ALLOW_HOSTS",
+                            message,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?
+            .unwrap_or_default();
+        let public_url = |name: &'static str| -> Result<Option<String>, SettingsError> {
+            match get(name) {
+                None => Ok(None),
+                Some(text) => match url::Url::parse(text.trim()) {
+                    Ok(url) if ["http", "https", "ws", "wss"].contains(&url.scheme()) => {
+                        Ok(Some(text.trim().to_string()))
+                    }
+                    _ => Err(SettingsError {
+                        name,
+                        message: format!("must be an http(s) or ws(s) URL, got {text:?}"),
+                    }),
+                },
+            }
+        };
+        Ok(Self {
+            cdp_addr,
+            allow_private,
+            allow_hosts,
+            public_cdp_url: public_url("SANDBOXD_PUBLIC_CDP_URL")?,
+            public_vnc_url: public_url("SANDBOXD_PUBLIC_VNC_URL")?,
+        })
+    }
+}
+
+fn parse_bool(text: &str) -> Option<bool> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
 }
 
 /// Default of `SANDBOXD_MAX_READ_BYTES`.
@@ -179,6 +261,7 @@ impl Settings {
                 "SANDBOXD_MAX_UPLOAD_BYTES",
                 DEFAULT_MAX_UPLOAD_BYTES,
             )?,
+            browser: BrowserSettings::from_lookup(&get)?,
         })
     }
 }
@@ -381,6 +464,49 @@ mod tests {
             let err = settings(&vars).unwrap_err();
             assert_eq!(err.name, name);
             assert!(err.to_string().contains(name));
+        }
+    }
+
+    #[test]
+    fn browser_settings() {
+        let s = settings(&[]).unwrap().browser;
+        assert!(!s.allow_private);
+        assert!(s.allow_hosts.is_empty());
+        assert_eq!(s.cdp_addr.to_string(), "127.0.0.1:9229");
+        let s = settings(&[
+            ("SANDBOXD_BROWSER_ALLOW_PRIVATE", "true"),
+            (
+                "SANDBOXD_BROWSER_ALLOW_HOSTS",
+                "127.0.0.1, 10.0.0.0/8,intranet.example,",
+            ),
+            ("SANDBOXD_PUBLIC_CDP_URL", "wss://box.example/cdp"),
+        ])
+        .unwrap()
+        .browser;
+        assert!(s.allow_private);
+        assert_eq!(s.allow_hosts.len(), 3);
+        assert_eq!(s.public_cdp_url.as_deref(), Some("wss://box.example/cdp"));
+        for (vars, name) in [
+            (
+                vec![("SANDBOXD_BROWSER_ALLOW_PRIVATE", "maybe")],
+                "SANDBOXD_BROWSER_ALLOW_PRIVATE",
+            ),
+            (
+                vec![("SANDBOXD_BROWSER_ALLOW_HOSTS", "10.0.0.0/8,not a host")],
+                "SANDBOXD_BROWSER_ALLOW_HOSTS",
+            ),
+            (
+                vec![("SANDBOXD_PUBLIC_VNC_URL", "vnc.html")],
+                "SANDBOXD_PUBLIC_VNC_URL",
+            ),
+            (
+                vec![("SANDBOXD_BROWSER_CDP_ADDR", "chromium")],
+                "SANDBOXD_BROWSER_CDP_ADDR",
+            ),
+        ] {
+            let err = settings(&vars).unwrap_err();
+            assert_eq!(err.name, name);
+            assert!(err.to_string().contains(name), "{err}");
         }
     }
 

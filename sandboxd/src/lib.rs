@@ -12,11 +12,13 @@
 //! - [`shell`]: shell sessions, their commands, and interactive terminals.
 //! - [`desktop_session`]: the lazily opened X display connection and recent screenshots' transforms.
 //! - [`files`]: the file operations behind `/v1/file/*`, confined to the allowed roots.
+//! - [`browser`]: the browser capability (Chromium over CDP) behind `/v1/browser/...`.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`logging`]: tracing setup.
 
 pub mod activity;
 pub mod api;
+pub mod browser;
 pub mod config;
 pub mod desktop_session;
 pub mod files;

@@ -4,9 +4,11 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-/// Installs the global subscriber. The filter comes from `RUST_LOG` (default `info`).
+/// Installs the global subscriber. The filter comes from `RUST_LOG` (default `info`, with
+/// chromiumoxide's per-message protocol warnings silenced).
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,chromiumoxide=error"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -16,7 +16,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{AioJson, AioQuery};
 use super::types::{
-    ActionData, ActionResponse, CursorPosition, DesktopAction, ErrorBody, ScreenshotQuery,
+    ActionData, ActionResponse, CursorPosition, DesktopAction, DesktopScreenshotQuery, ErrorBody,
     SettleInfo,
 };
 use crate::desktop_session::DesktopSession;
@@ -41,7 +41,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// A screenshot of the whole screen. Headers give the screen size, the image size, the
 /// screenshot's id (for `screenshot_id` in actions) and its scale (screen pixels per image pixel).
 #[utoipa::path(get, path = "/v1/browser/screenshot", tag = "desktop",
-    params(ScreenshotQuery),
+    params(DesktopScreenshotQuery),
     responses(
         (status = 200, description = "the image (PNG unless `format=jpeg`), with headers x-screen-width, x-screen-height, x-image-width, x-image-height, x-screenshot-id, x-scale-x, x-scale-y", content_type = "image/png"),
         (status = 422, description = "bad query parameter", body = ErrorBody),
@@ -49,7 +49,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     ))]
 pub async fn screenshot(
     State(state): State<AppState>,
-    AioQuery(query): AioQuery<ScreenshotQuery>,
+    AioQuery(query): AioQuery<DesktopScreenshotQuery>,
 ) -> Result<Response, ApiError> {
     let shot = take_screenshot(&state, &query).await?;
     let image = shot.image;
@@ -82,7 +82,7 @@ pub struct Screenshot {
 /// Captures and encodes the screen as `query` asks.
 pub async fn take_screenshot(
     state: &AppState,
-    query: &ScreenshotQuery,
+    query: &DesktopScreenshotQuery,
 ) -> Result<Screenshot, ApiError> {
     let format = match query
         .format

@@ -55,6 +55,14 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         } else {
             let mut loc = vec!["body".to_string()];
             loc.extend(path.split('.').filter(|s| !s.is_empty()).map(str::to_owned));
+            // A missing field is reported at its parent: name the field itself.
+            let text = inner.to_string();
+            if let Some(field) = text
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                loc.push(field.to_string());
+            }
             let message = if path == "." {
                 format!("invalid request body: {inner}")
             } else {
@@ -145,6 +153,10 @@ mod tests {
         let err = parse_json::<Exec>(br#"{}"#).unwrap_err();
         assert_eq!(err.status, StatusCode::UNPROCESSABLE_ENTITY);
         assert!(err.message.contains("command"), "{}", err.message);
+        assert_eq!(
+            err.loc.as_deref(),
+            Some(&["body".to_string(), "command".to_string()][..])
+        );
         let err = parse_json::<Exec>(br#"{"command": "#).unwrap_err();
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
         let err = parse_json::<Exec>(br#"{"command":"ls"} trailing"#).unwrap_err();

@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::error::ApiError;
-use super::types::{DesktopAction, ScreenshotQuery, ShellExecRequest};
+use super::types::{DesktopAction, DesktopScreenshotQuery, ShellExecRequest};
 use super::{desktop, shell};
 
 /// Arguments of the `desktop_action` tool: one action, as `POST /v1/browser/actions` takes it.
@@ -53,7 +53,7 @@ impl SandboxTools {
     )]
     async fn screenshot(
         &self,
-        Parameters(query): Parameters<ScreenshotQuery>,
+        Parameters(query): Parameters<DesktopScreenshotQuery>,
     ) -> Result<CallToolResult, ErrorData> {
         Ok(match desktop::take_screenshot(&self.state, &query).await {
             Ok(shot) => {

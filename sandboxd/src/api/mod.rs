@@ -10,6 +10,7 @@
 
 pub mod activity;
 pub mod auth;
+pub mod browser;
 pub mod desktop;
 pub mod error;
 pub mod extract;
@@ -52,6 +53,8 @@ pub struct AppState {
     pub desktop: Arc<DesktopSession>,
     /// The file service behind `/v1/file/*` (roots and limits from the settings).
     pub files: Arc<crate::files::Files>,
+    /// The browser API's connection to Chromium (made on first use).
+    pub browser: Arc<crate::browser::BrowserService>,
     request_ids: Arc<AtomicU64>,
 }
 
@@ -68,6 +71,7 @@ impl AppState {
         let desktop = Arc::new(DesktopSession::new(settings.display.clone()));
         Self {
             files: Arc::new(file::service(&settings)),
+            browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
             supervisor,
             settings,
             activity,
@@ -94,6 +98,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(sandbox::routes())
         .merge(shell::routes())
         .merge(file::routes())
+        .merge(browser::routes())
 }
 
 /// The generated OpenAPI document of the whole API.

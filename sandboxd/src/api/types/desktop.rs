@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 /// `GET /v1/browser/screenshot` query. With no parameters: the full screen as PNG.
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema, schemars::JsonSchema)]
 #[into_params(parameter_in = Query)]
-pub struct ScreenshotQuery {
+pub struct DesktopScreenshotQuery {
     /// `png` (default) or `jpeg`.
     pub format: Option<String>,
     /// JPEG quality, 1-100 (default 80).

@@ -25,7 +25,18 @@ fn lenient_u64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>
 }
 
 /// `encoding` of a write (AIO's `FileContentEncoding`).
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    Deserialize,
+    Serialize,
+    ToSchema,
+    schemars::JsonSchema,
+    PartialEq,
+    Eq,
+)]
 pub enum FileContentEncoding {
     #[default]
     #[serde(rename = "utf-8", alias = "utf8")]
@@ -37,7 +48,18 @@ pub enum FileContentEncoding {
 }
 
 /// `encoding` of a read (Agentbox extension): `utf-8` (default) or `base64`.
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, ToSchema, PartialEq, Eq)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    Deserialize,
+    Serialize,
+    ToSchema,
+    schemars::JsonSchema,
+    PartialEq,
+    Eq,
+)]
 pub enum FileReadEncoding {
     #[default]
     #[serde(rename = "utf-8", alias = "utf8")]
@@ -47,7 +69,7 @@ pub enum FileReadEncoding {
 }
 
 /// `POST /v1/file/read`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileReadRequest {
     /// The file: absolute, or relative to the workspace.
     pub file: String,
@@ -77,7 +99,7 @@ pub struct FileReadResult {
 }
 
 /// `POST /v1/file/write`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileWriteRequest {
     pub file: String,
     pub content: String,
@@ -103,7 +125,7 @@ pub struct FileWriteResult {
 }
 
 /// `POST /v1/file/replace`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileReplaceRequest {
     pub file: String,
     pub old_str: String,
@@ -120,7 +142,7 @@ pub struct FileReplaceResult {
 }
 
 /// `POST /v1/file/search`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileSearchRequest {
     pub file: String,
     /// A regular expression (Rust `regex` syntax), matched against each line.
@@ -141,7 +163,7 @@ pub struct FileSearchResult {
 }
 
 /// `POST /v1/file/find`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileFindRequest {
     /// The directory to search.
     pub path: String,
@@ -160,7 +182,7 @@ pub struct FileFindResult {
 }
 
 /// `POST /v1/file/grep`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileGrepRequest {
     /// A file or directory.
     pub path: String,
@@ -226,7 +248,7 @@ pub struct FileGrepResult {
 }
 
 /// `sort_by` of a glob.
-#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GlobSortBy {
     #[default]
@@ -237,7 +259,7 @@ pub enum GlobSortBy {
 }
 
 /// `POST /v1/file/glob`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileGlobRequest {
     /// The base directory.
     pub path: String,
@@ -289,7 +311,7 @@ pub struct FileGlobResult {
 }
 
 /// `sort_by` of a listing.
-#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ListSortBy {
     #[default]
@@ -300,7 +322,7 @@ pub enum ListSortBy {
 }
 
 /// `POST /v1/file/list`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct FileListRequest {
     pub path: String,
     /// Default false.
@@ -361,7 +383,7 @@ pub struct FileListResult {
 }
 
 /// `command` of `str_replace_editor`.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema, schemars::JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum EditorCommandName {
     View,
@@ -372,7 +394,7 @@ pub enum EditorCommandName {
 }
 
 /// `replace_mode` of `str_replace_editor`.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema, schemars::JsonSchema, PartialEq, Eq)]
 pub enum EditorReplaceMode {
     #[serde(rename = "ALL", alias = "all")]
     All,
@@ -383,7 +405,7 @@ pub enum EditorReplaceMode {
 }
 
 /// `POST /v1/file/str_replace_editor`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct StrReplaceEditorRequest {
     pub command: EditorCommandName,
     pub path: String,

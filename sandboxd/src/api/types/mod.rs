@@ -6,6 +6,7 @@
 //! `/v1/openapi.json` is generated from these types and the route annotations.
 
 pub mod activity;
+pub mod browser;
 pub mod common;
 pub mod desktop;
 pub mod file;
@@ -15,6 +16,7 @@ pub mod sandbox;
 pub mod shell;
 
 pub use activity::*;
+pub use browser::*;
 pub use common::*;
 pub use desktop::*;
 pub use file::*;

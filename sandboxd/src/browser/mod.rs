@@ -1,0 +1,158 @@
+//! The browser capability behind `/v1/browser/...`: drives the sandbox's Chromium over the
+//! DevTools protocol (CDP) with chromiumoxide. No HTTP in here.
+//!
+//! - [`connection`]: the lazy, self-healing CDP connection, tabs and the active tab.
+//! - [`navigation`]: navigate / back / forward / reload with `wait_until`.
+//! - [`content`]: text, HTML, Markdown, screenshots, `evaluate`.
+//! - [`input`]: clicks, hovers, typing, filling, keys, scrolling.
+//! - [`wait`]: waiting for conditions.
+//! - [`snapshot`]: the agent-oriented page summary.
+//! - [`tabs`]: list, open, close, activate.
+//! - [`url_policy`]: which URLs may be opened.
+//! - [`script`]: running JavaScript (sandboxd's scripts live in `js/`).
+//!
+//! Every operation acts on the *active tab*, is bounded in time, and reports failures as
+//! [`BrowserError`]. Nothing connects to Chromium until the first operation, so an unused browser
+//! API costs no memory.
+
+pub mod connection;
+pub mod content;
+pub mod error;
+pub mod input;
+pub mod navigation;
+pub mod script;
+pub mod snapshot;
+pub mod tabs;
+pub mod url_policy;
+pub mod wait;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chromiumoxide::Page;
+use serde::Deserialize;
+
+pub use connection::Connection;
+pub use content::{Bounded, ImageFormat, Markdown, Screenshot, ScreenshotOptions};
+pub use error::BrowserError;
+pub use input::{Button, Pointed, ScrollPosition, Target};
+pub use navigation::{PageState, WaitUntil};
+pub use script::Evaluation;
+pub use snapshot::Snapshot;
+pub use tabs::TabInfo;
+pub use url_policy::{AllowedHost, Refusal, UrlPolicy};
+pub use wait::{Condition, ElementState, Waited};
+
+use crate::config::BrowserSettings;
+use connection::Session;
+
+/// Time limit of an operation that has none of its own.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// sandboxd's page scripts, one function expression each.
+mod js {
+    pub const LOCATE: &str = include_str!("js/locate.js");
+    pub const FILL: &str = include_str!("js/fill.js");
+    pub const SCROLL: &str = include_str!("js/scroll.js");
+    pub const SCROLL_TO: &str = include_str!("js/scroll_to.js");
+    pub const TEXT: &str = include_str!("js/text.js");
+    pub const HTML: &str = include_str!("js/html.js");
+    pub const MARKDOWN_SOURCE: &str = include_str!("js/markdown_source.js");
+    pub const SNAPSHOT: &str = include_str!("js/snapshot.js");
+    pub const WAIT_SELECTOR: &str = include_str!("js/wait_selector.js");
+}
+
+/// The browser as the API uses it.
+pub struct BrowserService {
+    connection: Connection,
+    policy: UrlPolicy,
+}
+
+/// Facts for `GET /v1/browser/info`.
+#[derive(Debug, Clone)]
+pub struct BrowserInfo {
+    pub user_agent: String,
+    /// `Chrome/156.0...`.
+    pub product: String,
+    /// The path of the browser's CDP websocket (`/devtools/browser/<id>`).
+    pub ws_path: String,
+    /// The active tab's viewport (`innerWidth` × `innerHeight`), when it could be read.
+    pub page_viewport: Option<(u32, u32)>,
+}
+
+impl BrowserService {
+    pub fn new(settings: &BrowserSettings) -> Self {
+        Self {
+            connection: Connection::new(settings.cdp_addr),
+            policy: UrlPolicy {
+                allow_private: settings.allow_private,
+                allow_hosts: settings.allow_hosts.clone(),
+            },
+        }
+    }
+
+    pub fn policy(&self) -> &UrlPolicy {
+        &self.policy
+    }
+
+    /// Whether a CDP connection is open right now.
+    pub async fn is_connected(&self) -> bool {
+        self.connection.is_connected().await
+    }
+
+    /// The browser's user agent and CDP endpoint, and the active tab's viewport.
+    pub async fn info(&self) -> Result<BrowserInfo, BrowserError> {
+        let version = self.connection.version().await?;
+        let ws_path = url::Url::parse(&version.ws_url)
+            .map(|u| u.path().to_string())
+            .unwrap_or_default();
+        #[derive(Deserialize)]
+        struct Size {
+            width: u32,
+            height: u32,
+        }
+        let size = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.connection.with_page(|_, page| async move {
+                script::call::<Size>(
+                    &page,
+                    "() => ({ width: innerWidth, height: innerHeight })",
+                    &[],
+                )
+                .await
+            }),
+        )
+        .await;
+        Ok(BrowserInfo {
+            user_agent: version.user_agent,
+            product: version.browser,
+            ws_path,
+            page_viewport: match size {
+                Ok(Ok(size)) => Some((size.width, size.height)),
+                _ => None,
+            },
+        })
+    }
+
+    /// Runs `op` on the active tab within [`OP_TIMEOUT`].
+    async fn bounded<T, F, Fut>(&self, what: &str, op: F) -> Result<T, BrowserError>
+    where
+        F: Fn(Arc<Session>, Page) -> Fut,
+        Fut: Future<Output = Result<T, BrowserError>>,
+    {
+        tokio::time::timeout(OP_TIMEOUT, self.connection.with_page(op))
+            .await
+            .map_err(|_| BrowserError::timeout(what, OP_TIMEOUT))?
+    }
+
+    /// Runs `op` on the session within [`OP_TIMEOUT`].
+    async fn bounded_session<T, F, Fut>(&self, what: &str, op: F) -> Result<T, BrowserError>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: Future<Output = Result<T, BrowserError>>,
+    {
+        tokio::time::timeout(OP_TIMEOUT, self.connection.run(op))
+            .await
+            .map_err(|_| BrowserError::timeout(what, OP_TIMEOUT))?
+    }
+}

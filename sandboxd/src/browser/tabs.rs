@@ -1,0 +1,125 @@
+//! Tabs: list, open, close, activate. Tab indexes follow the order described in
+//! [`super::connection`].
+
+use std::time::Duration;
+
+use chromiumoxide::cdp::browser_protocol::target::{ActivateTargetParams, CloseTargetParams};
+
+use super::BrowserService;
+use super::connection::Tab;
+use super::error::BrowserError;
+use super::navigation::{PageState, WaitUntil};
+
+/// A tab as listed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TabInfo {
+    pub index: usize,
+    pub url: String,
+    pub title: String,
+    pub active: bool,
+}
+
+impl From<&Tab> for TabInfo {
+    fn from(tab: &Tab) -> Self {
+        Self {
+            index: tab.index,
+            url: tab.url.clone(),
+            title: tab.title.clone(),
+            active: tab.active,
+        }
+    }
+}
+
+impl BrowserService {
+    pub async fn tabs(&self) -> Result<Vec<TabInfo>, BrowserError> {
+        self.bounded_session("listing tabs", |session| async move {
+            Ok(session.tabs().await?.iter().map(TabInfo::from).collect())
+        })
+        .await
+    }
+
+    /// Opens a tab (blank, or at `url` after the URL policy allowed it, waiting for `load`) and
+    /// makes it the active one.
+    pub async fn new_tab(
+        &self,
+        url: Option<&str>,
+        limit: Duration,
+    ) -> Result<TabInfo, BrowserError> {
+        if let Some(url) = url {
+            self.policy.check(url).await?;
+        }
+        let target = self
+            .bounded_session("opening a tab", |session| async move {
+                let target = session.open_tab().await?;
+                session.page(&target).await?;
+                session.set_active(&target);
+                Ok(target)
+            })
+            .await?;
+        let state = match url {
+            Some(url) => Some(self.navigate(url, WaitUntil::Load, limit).await?),
+            None => None,
+        };
+        let tabs = self.tabs().await?;
+        let mut info = tabs.into_iter().find(|t| t.active).ok_or_else(|| {
+            BrowserError::TabGone(format!("the new tab {} closed", target.as_ref()))
+        })?;
+        if let Some(PageState { url, title, .. }) = state {
+            info.url = url;
+            info.title = title;
+        }
+        Ok(info)
+    }
+
+    /// Closes the tab at `index`. The last tab is replaced by a blank one first (closing
+    /// Chromium's last tab would close its window and end the browser).
+    pub async fn close_tab(&self, index: usize) -> Result<Vec<TabInfo>, BrowserError> {
+        self.bounded_session("closing the tab", |session| async move {
+            let tabs = session.tabs().await?;
+            let tab = tabs.get(index).ok_or(BrowserError::NoTab {
+                index,
+                count: tabs.len(),
+            })?;
+            if tabs.len() == 1 {
+                let blank = session.open_tab().await?;
+                session.set_active(&blank);
+            } else if tab.active {
+                session.forget_active();
+            }
+            session
+                .browser
+                .execute(CloseTargetParams::new(tab.target_id.clone()))
+                .await?;
+            // The target disappears from the list asynchronously.
+            for _ in 0..50 {
+                let now = session.tabs().await?;
+                if !now.iter().any(|t| t.target_id == tab.target_id) {
+                    return Ok(now.iter().map(TabInfo::from).collect());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(session.tabs().await?.iter().map(TabInfo::from).collect())
+        })
+        .await
+    }
+
+    /// Makes the tab at `index` the active one and brings it to the front.
+    pub async fn activate_tab(&self, index: usize) -> Result<TabInfo, BrowserError> {
+        self.bounded_session("activating the tab", |session| async move {
+            let tabs = session.tabs().await?;
+            let tab = tabs.get(index).ok_or(BrowserError::NoTab {
+                index,
+                count: tabs.len(),
+            })?;
+            session
+                .browser
+                .execute(ActivateTargetParams::new(tab.target_id.clone()))
+                .await?;
+            session.set_active(&tab.target_id);
+            let mut info = TabInfo::from(tab);
+            info.active = true;
+            Ok(info)
+        })
+        .await
+    }
+}

@@ -1,0 +1,192 @@
+//! The browser routes without a browser (`oneshot`): the OpenAPI document, validation, the URL
+//! policy (checked before any connection), and the answer when Chromium does not run.
+//! The calls that need Chromium are tested end to end in `tests/tests/browser_api.rs`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use sandboxd::activity::Activity;
+use sandboxd::api::{AppState, router};
+use sandboxd::config::Settings;
+use serde_json::{Value, json};
+use supervisor::{Supervisor, SupervisorConfig};
+use tower::ServiceExt;
+
+/// An app whose "Chromium" address has nothing listening.
+fn app() -> axum::Router {
+    let settings = Settings::from_lookup(|name| match name {
+        "SANDBOXD_BROWSER_CDP_ADDR" => Some("127.0.0.1:1".into()),
+        _ => None,
+    })
+    .unwrap();
+    let supervisor = Arc::new(Supervisor::start(SupervisorConfig::default()).unwrap());
+    router(AppState::new(
+        supervisor,
+        Arc::new(settings),
+        Activity::new(),
+    ))
+}
+
+async fn call(app: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn post(path: &str, body: Value) -> Request<Body> {
+    Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_openapi_document_lists_the_browser_routes() {
+    let app = app();
+    let (status, doc) = call(
+        &app,
+        Request::get("/v1/openapi.json")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let paths = doc["paths"].as_object().unwrap();
+    for path in [
+        "/v1/browser/info",
+        "/v1/browser/page/navigate",
+        "/v1/browser/page/snapshot",
+        "/v1/browser/page/screenshot",
+        "/v1/browser/page/wait",
+        "/v1/browser/tabs",
+        "/v1/browser/tabs/{index}",
+        "/v1/browser/tabs/{index}/activate",
+    ] {
+        assert!(paths.contains_key(path), "{path} missing");
+    }
+    // The desktop's routes belong to another module.
+    assert!(!paths.contains_key("/v1/browser/screenshot"));
+    assert!(!paths.contains_key("/v1/browser/actions"));
+    assert!(doc["components"]["schemas"]["PageSnapshot"].is_object());
+}
+
+#[tokio::test]
+async fn bad_input_is_422_naming_the_field() {
+    let app = app();
+    for (path, body, field) in [
+        ("/v1/browser/page/navigate", json!({}), "url"),
+        (
+            "/v1/browser/page/navigate",
+            json!({"url": "http://1.1.1.1/", "wait_until": "later"}),
+            "wait_until",
+        ),
+        (
+            "/v1/browser/page/navigate",
+            json!({"url": "http://1.1.1.1/", "timeout": -1}),
+            "timeout",
+        ),
+        ("/v1/browser/page/click", json!({"x": 10}), "y"),
+        (
+            "/v1/browser/page/click",
+            json!({"selector": "#a", "click_count": 4}),
+            "click_count",
+        ),
+        (
+            "/v1/browser/page/type",
+            json!({"text": "abc", "delay": 5000}),
+            "delay",
+        ),
+        (
+            "/v1/browser/page/scroll",
+            json!({"direction": "sideways"}),
+            "direction",
+        ),
+        ("/v1/browser/page/evaluate", json!({}), "expression"),
+        (
+            "/v1/browser/page/wait",
+            json!({"type": "selector"}),
+            "selector",
+        ),
+        ("/v1/browser/page/hot_key", json!({"keys": []}), "keys"),
+    ] {
+        let (status, answer) = call(&app, post(path, body.clone())).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{path} {body}: {answer}"
+        );
+        assert_eq!(
+            answer["detail"][0]["loc"],
+            json!(["body", field]),
+            "{path} {body}: {answer}"
+        );
+        assert!(
+            answer["message"].as_str().unwrap().contains(field),
+            "{answer}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_url_policy_answers_before_any_connection() {
+    let app = app();
+    for (url, reason) in [
+        ("file:///etc/passwd", "file: scheme"),
+        ("javascript:alert(1)", "javascript: scheme"),
+        ("http://127.0.0.1:8000/", "loopback"),
+        ("http://169.254.169.254/latest/meta-data/", "cloud metadata"),
+        ("http://[fd00::1]/", "unique local"),
+    ] {
+        let (status, answer) = call(
+            &app,
+            post("/v1/browser/page/navigate", json!({ "url": url })),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{url}: {answer}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(
+            message.contains(url) && message.contains(reason),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_chromium_the_browser_routes_answer_503() {
+    let app = app();
+    let (status, answer) = call(
+        &app,
+        post(
+            "/v1/browser/page/navigate",
+            json!({"url": "http://1.1.1.1/"}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains("not running"),
+        "{answer}"
+    );
+    let (status, _) = call(
+        &app,
+        Request::get("/v1/browser/info")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, _) = call(
+        &app,
+        Request::get("/v1/browser/tabs")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+}
