@@ -131,8 +131,16 @@ pub async fn write(
 ) -> Result<Json<Envelope<FileWriteResult>>, ApiError> {
     let request: FileWriteRequest =
         read_json(request, write_body_limit(state.files.limits())).await?;
+    write_file(&state, request).await
+}
+
+/// The body of `POST /v1/file/write` once parsed; shared with the MCP `file_write` tool.
+pub async fn write_file(
+    state: &AppState,
+    request: FileWriteRequest,
+) -> Result<Json<Envelope<FileWriteResult>>, ApiError> {
     refuse_sudo(request.sudo)?;
-    let outcome = run(&state, move |files| {
+    let outcome = run(state, move |files| {
         files.write(&WriteRequest {
             path: OsStr::new(&request.file),
             content: &request.content,
@@ -637,7 +645,7 @@ fn multipart_error(error: axum::extract::multipart::MultipartError) -> ApiError 
 }
 
 /// The body limit of a write: room for the largest content base64-encoded or JSON-escaped.
-fn write_body_limit(limits: Limits) -> usize {
+pub(crate) fn write_body_limit(limits: Limits) -> usize {
     let limit = limits
         .max_write_bytes
         .saturating_mul(2)

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use axum::Json;
+use axum::extract::State;
 use base64::Engine;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -13,12 +15,17 @@ use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::AppState;
 use super::error::ApiError;
-use super::types::{DesktopAction, DesktopScreenshotQuery, ShellExecRequest};
-use super::{desktop, shell};
+use super::extract::AioJson;
+use super::types::{
+    ClickRequest, DesktopAction, DesktopScreenshotQuery, Envelope, FileGrepRequest,
+    FileListRequest, FileReadRequest, FileWriteRequest, FillRequest, NavigateRequest,
+    PressKeyRequest, ShellExecRequest, StrReplaceEditorRequest,
+};
+use super::{browser, desktop, file, shell};
 
 /// Arguments of the `desktop_action` tool: one action, as `POST /v1/browser/actions` takes it.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -131,6 +138,145 @@ impl SandboxTools {
             Err(error) => failure(error),
         })
     }
+
+    /// A file's content.
+    #[tool(
+        description = "Read a file (whole, or lines `start_line`..`end_line`, 0-based, end \
+        exclusive) as UTF-8 text, or base64 with `encoding: \"base64\"`. Paths are confined to \
+        the agent's home and /tmp."
+    )]
+    async fn file_read(
+        &self,
+        Parameters(request): Parameters<FileReadRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = file::read(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, |data| data.content.clone()))
+    }
+
+    /// Writes a file.
+    #[tool(
+        description = "Write `content` to `file` (creating parent directories), replacing it \
+        or, with `append: true`, appending. `encoding` is utf-8 (default) or base64. Paths are \
+        confined to the agent's home and /tmp."
+    )]
+    async fn file_write(
+        &self,
+        Parameters(request): Parameters<FileWriteRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = file::write_file(&self.state, request).await;
+        Ok(envelope_result(answer, |data| {
+            format!("wrote {} bytes to {}", data.bytes_written, data.file)
+        }))
+    }
+
+    /// Lists a directory.
+    #[tool(
+        description = "List a directory (`recursive`, `max_depth`, `show_hidden`, \
+        `file_types` filter by extension). Returns JSON entries with name, path, size and type."
+    )]
+    async fn file_list(
+        &self,
+        Parameters(request): Parameters<FileListRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = file::list(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, to_json_text))
+    }
+
+    /// Searches file contents.
+    #[tool(
+        description = "Search files for a regular expression (ripgrep-style): `path`, \
+        `pattern`, include/exclude globs, case sensitivity, context lines. Returns JSON matches \
+        with file, line number and line."
+    )]
+    async fn file_grep(
+        &self,
+        Parameters(request): Parameters<FileGrepRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = file::grep(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, to_json_text))
+    }
+
+    /// Anthropic's text editor tool.
+    #[tool(
+        description = "Text editor: `command` view (with optional view_range), create \
+        (file_text), str_replace (old_str must be unique, new_str), insert (insert_line, \
+        new_str) or undo_edit, on `path`."
+    )]
+    async fn str_replace_editor(
+        &self,
+        Parameters(request): Parameters<StrReplaceEditorRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = file::str_replace_editor(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, |data| data.output.clone()))
+    }
+
+    /// Opens a URL in the browser.
+    #[tool(
+        description = "Open an http(s) URL in the browser's active tab and wait until \
+        `wait_until` (load, domcontentloaded, networkidle, commit). Private addresses are \
+        refused unless the sandbox allows them. Returns the final URL and title."
+    )]
+    async fn browser_navigate(
+        &self,
+        Parameters(request): Parameters<NavigateRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = browser::navigate(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, to_json_text))
+    }
+
+    /// The page as an agent reads it.
+    #[tool(
+        description = "Snapshot of the browser's active page: URL, title, the start of the \
+        visible text, and the visible links, buttons and inputs, each with a CSS selector to \
+        pass to browser_click and browser_fill."
+    )]
+    async fn browser_snapshot(&self) -> Result<CallToolResult, ErrorData> {
+        let answer = browser::snapshot(State(self.state.clone())).await;
+        Ok(envelope_result(answer, to_json_text))
+    }
+
+    /// The page's visible text.
+    #[tool(description = "The visible text of the browser's active page.")]
+    async fn browser_text(&self) -> Result<CallToolResult, ErrorData> {
+        let answer = browser::text(State(self.state.clone())).await;
+        Ok(envelope_result(answer, Clone::clone))
+    }
+
+    /// Clicks in the page.
+    #[tool(
+        description = "Click an element of the active page by CSS `selector` (and `index` \
+        among matches) or at page coordinates `x`,`y`; `button` and `click_count` optional."
+    )]
+    async fn browser_click(
+        &self,
+        Parameters(request): Parameters<ClickRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = browser::click(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, to_json_text))
+    }
+
+    /// Fills an input.
+    #[tool(
+        description = "Replace the value of the input or textarea matched by CSS `selector` \
+        with `text`, firing input and change events."
+    )]
+    async fn browser_fill(
+        &self,
+        Parameters(request): Parameters<FillRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = browser::fill(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, |()| String::new()))
+    }
+
+    /// Presses a key in the page.
+    #[tool(description = "Press a key or combination in the active page: Enter, Tab, Control+a.")]
+    async fn browser_press_key(
+        &self,
+        Parameters(request): Parameters<PressKeyRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let answer = browser::press_key(State(self.state.clone()), AioJson(request)).await;
+        Ok(envelope_result(answer, |()| String::new()))
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -138,8 +284,9 @@ impl ServerHandler for SandboxTools {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
             "An Agentbox sandbox: a Linux desktop (1 display, Chromium, a terminal, a paint \
-             program) you can see with `screenshot` and drive with `desktop_action`, plus a \
-             shell and files confined to the agent's home and /tmp.",
+             program) you can see with `screenshot` and drive with `desktop_action`, a \
+             browser you can also drive by page (`browser_*`), plus a shell and files \
+             confined to the agent's home and /tmp.",
         )
     }
 }
@@ -149,8 +296,66 @@ fn failure(error: ApiError) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(error.message)])
 }
 
+/// A tool result from a REST handler's answer: `text` renders the data of a success; an
+/// envelope with `success: false` or an error becomes an error result with its message.
+fn envelope_result<T: Serialize>(
+    answer: Result<Json<Envelope<T>>, ApiError>,
+    text: impl FnOnce(&T) -> String,
+) -> CallToolResult {
+    match answer {
+        Ok(Json(envelope)) => match (envelope.success, envelope.data) {
+            (true, Some(data)) => {
+                let mut body = text(&data);
+                if body.is_empty() {
+                    body = envelope.message;
+                }
+                CallToolResult::success(vec![ContentBlock::text(body)])
+            }
+            (true, None) => CallToolResult::success(vec![ContentBlock::text(envelope.message)]),
+            (false, _) => CallToolResult::error(vec![ContentBlock::text(envelope.message)]),
+        },
+        Err(error) => failure(error),
+    }
+}
+
+fn to_json_text<T: Serialize>(data: &T) -> String {
+    serde_json::to_string_pretty(data).unwrap_or_else(|e| format!("(unserialisable result: {e})"))
+}
+
 fn json_result(value: &serde_json::Value) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(value.to_string())])
+}
+
+/// Buffers an `/mcp` request body of at most `limit` bytes before rmcp sees it: rmcp reads
+/// bodies whole and without a bound. The limit leaves room for the largest `file_write`.
+pub async fn bounded_body(
+    State(limit): State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use http_body_util::BodyExt;
+    let (parts, body) = request.into_parts();
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => {
+            let body = axum::body::Body::from(collected.to_bytes());
+            next.run(axum::extract::Request::from_parts(parts, body))
+                .await
+        }
+        Err(error)
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            ApiError::too_large(format!(
+                "the MCP request body is larger than {limit} bytes, the most /mcp accepts"
+            ))
+            .into_response()
+        }
+        Err(error) => {
+            ApiError::bad_request(format!("cannot read the request body: {error}")).into_response()
+        }
+    }
 }
 
 /// The `/mcp` endpoint as a tower service. Host checks are off (the route needs the API key,

@@ -116,9 +116,16 @@ pub fn router(state: AppState) -> Router {
     let (protected, _) = protected_routes().split_for_parts();
     let protected = protected
         .merge(openapi::routes(document))
-        .nest_service(
-            "/mcp",
-            mcp::service(state.clone(), state.settings.mcp_allowed_origins.clone()),
+        .merge(
+            Router::new()
+                .nest_service(
+                    "/mcp",
+                    mcp::service(state.clone(), state.settings.mcp_allowed_origins.clone()),
+                )
+                .layer(middleware::from_fn_with_state(
+                    file::write_body_limit(state.files.limits()),
+                    mcp::bounded_body,
+                )),
         )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
