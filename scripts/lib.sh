@@ -1,6 +1,7 @@
 # Shared helpers for the scripts in this directory. Source it; do not run it.
 
 log() { printf '\033[1m[agentbox]\033[0m %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
 
 # Makes sure the Docker engine answers; starts Debian's dockerd when it does not (root only).
 ensure_docker() {

@@ -1,43 +1,71 @@
 #!/usr/bin/env bash
-# Builds what Agentbox needs and starts it: today, the sandbox image and one sandbox.
-# Prints the noVNC URL (watch and take over the desktop in a browser) and the API URL.
+# Builds what Agentbox needs and starts it: the sandbox image, the orchestrator (SQLite in
+# .agentbox/, no external services, no model key), one sandbox, and a live desktop link.
+#
+# Re-running restarts the orchestrator with the same data and admin key: it adopts the sandboxes
+# that are still running. Stop everything: scripts/down.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
 
+listen=${AGENTBOX_LISTEN:-127.0.0.1:8090}
+data=${AGENTBOX_DATA_DIR:-$root/.agentbox}
+url="http://$listen"
+
 ensure_docker
 ensure_command debootstrap debootstrap
+ensure_command curl curl
 "$root/images/build.sh"
+log "building the orchestrator"
+cargo build --release --locked -p orchestrator --manifest-path "$root/Cargo.toml"
+orchestrator="$root/target/release/orchestrator"
 
-name=${AGENTBOX_SANDBOX_NAME:-agentbox-sandbox}
-key=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-docker rm -f "$name" >/dev/null 2>&1 || true
-docker run -d --rm --name "$name" \
-  --shm-size 1g \
-  -p 127.0.0.1:8080:8080 -p 127.0.0.1:6080:6080 -p 127.0.0.1:9222:9222 \
-  -e SANDBOX_API_KEY="$key" \
-  agentbox/sandbox:latest >/dev/null
+mkdir -p "$data"
+chmod 700 "$data"
+if [ ! -s "$data/admin-key" ]; then
+  (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$data/admin-key")
+fi
+admin_key=$(cat "$data/admin-key")
 
-log "waiting for every program to be ready"
-for _ in $(seq 1 600); do
-  if curl -fsS -o /dev/null -H "Authorization: Bearer $key" http://127.0.0.1:8080/readyz; then
-    cat <<MSG
+if [ -s "$data/orchestrator.pid" ] && kill -0 "$(cat "$data/orchestrator.pid")" 2>/dev/null; then
+  log "stopping the orchestrator started earlier (pid $(cat "$data/orchestrator.pid"))"
+  kill "$(cat "$data/orchestrator.pid")"
+  for _ in $(seq 1 100); do kill -0 "$(cat "$data/orchestrator.pid")" 2>/dev/null || break; sleep 0.1; done
+fi
 
-Agentbox sandbox "$name" is ready.
-
-  Desktop (noVNC):  http://127.0.0.1:6080/vnc.html?autoconnect=1&resize=scale
-  Sandbox API:      http://127.0.0.1:8080   (header: Authorization: Bearer $key)
-  CDP:              http://127.0.0.1:9222/json/version
-
-  Try:  curl -H 'Authorization: Bearer $key' http://127.0.0.1:8080/v1/processes
-  Stop: docker stop $name
-
-MSG
-    exit 0
-  fi
+log "starting the orchestrator on $url (log: $data/orchestrator.log)"
+AGENTBOX_ADMIN_KEY="$admin_key" nohup "$orchestrator" serve \
+  --listen "$listen" --data-dir "$data" --pool-size "${AGENTBOX_POOL_SIZE:-1}" \
+  >>"$data/orchestrator.log" 2>&1 &
+echo $! > "$data/orchestrator.pid"
+for _ in $(seq 1 300); do
+  curl -fsS -o /dev/null "$url/healthz" 2>/dev/null && break
+  kill -0 "$(cat "$data/orchestrator.pid")" 2>/dev/null || { tail -20 "$data/orchestrator.log" >&2; die "the orchestrator exited"; }
   sleep 0.1
 done
-log "the sandbox did not become ready; its logs:"
-docker logs --tail 50 "$name" >&2 || true
-exit 1
+
+export AGENTBOX_URL="$url" AGENTBOX_API_KEY="$admin_key"
+log "creating a sandbox (first start of the image takes a few seconds)"
+id=$("$orchestrator" sandbox create --metadata created_by=up.sh)
+viewer=$("$orchestrator" token "$id" --scope control --ttl 3600 2>/dev/null)
+
+cat <<MSG
+
+Agentbox is running.
+
+  Orchestrator API:  $url   (admin key in $data/admin-key)
+  Sandbox:           $id
+  Live desktop:      $viewer
+                     (control token, 1 hour; 'orchestrator token $id' gives a view-only link)
+  Sandbox API:       $url/v1/sandboxes/$id/api   (AIO-compatible, e.g. the agent-sandbox SDK)
+  CDP (Playwright):  ws://$listen/v1/sandboxes/$id/cdp
+
+  export AGENTBOX_URL=$url AGENTBOX_API_KEY=\$(cat $data/admin-key)
+  $orchestrator sandbox ls
+  $orchestrator sandbox exec $id -- uname -a
+  curl -H "Authorization: Bearer \$AGENTBOX_API_KEY" $url/v1/sandboxes/$id/api/v1/sandbox
+
+  Stop: scripts/down.sh
+
+MSG
