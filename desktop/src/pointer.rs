@@ -63,6 +63,9 @@ const WHEEL_LEFT: u8 = 6;
 const WHEEL_RIGHT: u8 = 7;
 
 /// Fails with the axis and value when a point is off the screen.
+/// Longest wait for the server to move the pointer during a paced drag.
+const POINTER_WAIT: Duration = Duration::from_millis(500);
+
 fn check_point(x: i64, y: i64, (width, height): (u32, u32)) -> Result<(), DesktopError> {
     for (axis, value, limit) in [("x", x, width), ("y", y, height)] {
         if value < 0 || value >= i64::from(limit) {
@@ -97,6 +100,19 @@ impl Desktop {
         self.fake_motion(tx, ty, STEP)?;
         self.sync(STEP)?;
         Ok((tx, ty))
+    }
+
+    /// Waits until the server reports the pointer at `point` (it has processed the motion that
+    /// put it there; a frozen pointer does not move) or `ceiling` passes. Returns early either
+    /// way: past the ceiling the drag goes on, as a client with a slow window manager would.
+    fn wait_pointer_at(&self, point: (i32, i32), ceiling: Duration) -> Result<(), DesktopError> {
+        let started = std::time::Instant::now();
+        loop {
+            if self.cursor_position()? == point || started.elapsed() >= ceiling {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Where the pointer is, in screen pixels.
@@ -219,17 +235,25 @@ impl Desktop {
             self.fake_motion(x, y, STEP)?;
         }
         self.fake_button(button.code(), true, STEP)?;
-        let pause = |desktop: &Desktop| -> Result<(), DesktopError> {
+        // With a step, each point is held until the server has moved the pointer there, then
+        // for `step`. Waiting for the pointer matters after the press: a window manager's
+        // passive grab (openbox focuses on click) freezes the pointer until it replays the
+        // press, and motions queued meanwhile reach the client in one burst, which toolkits
+        // (Chromium's X11 event source) coalesce into one move: the drag would cut corners.
+        let pause = |desktop: &Desktop, at: Option<(i32, i32)>| -> Result<(), DesktopError> {
             if !step.is_zero() {
-                desktop.sync(STEP)?;
+                match at {
+                    Some(point) => desktop.wait_pointer_at(point, POINTER_WAIT)?,
+                    None => desktop.sync(STEP)?,
+                }
                 std::thread::sleep(step);
             }
             Ok(())
         };
-        let moved = pause(self).and_then(|()| {
+        let moved = pause(self, None).and_then(|()| {
             points.try_for_each(|&(x, y)| {
                 self.fake_motion(x, y, STEP)?;
-                pause(self)
+                pause(self, Some((x, y)))
             })
         });
         // Release even if a motion failed, so the button is not left down.
