@@ -80,8 +80,21 @@ impl ShellConfig {
             default_no_change_timeout: Duration::from_secs(120),
             output_limit: 1024 * 1024,
             stop_grace: Duration::from_secs(2),
-            state_parent: std::env::temp_dir(),
+            state_parent: state_parent(),
         }
+    }
+}
+
+/// Where session state goes: `/dev/shm` when it is a writable directory (a tmpfs in every
+/// container: each command reads and writes its session's state, and on an overlay or
+/// fuse-overlayfs root that costs milliseconds per call), else the temporary directory.
+fn state_parent() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    let writable = nix::unistd::access(&shm, nix::unistd::AccessFlags::W_OK).is_ok();
+    if shm.is_dir() && writable {
+        shm
+    } else {
+        std::env::temp_dir()
     }
 }
 

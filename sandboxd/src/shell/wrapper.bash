@@ -4,8 +4,12 @@
 # Everything here uses `builtin` so that functions the user defines cannot change its meaning.
 __agentbox_state=$2
 __agentbox_mode=$4
+# Every variable name, without forking (`compgen -v` would need a subshell): each `${!X@}`
+# lists the names starting with X.
+__agentbox_names() { __agentbox_list=" ${!a@} ${!b@} ${!c@} ${!d@} ${!e@} ${!f@} ${!g@} ${!h@} ${!i@} ${!j@} ${!k@} ${!l@} ${!m@} ${!n@} ${!o@} ${!p@} ${!q@} ${!r@} ${!s@} ${!t@} ${!u@} ${!v@} ${!w@} ${!x@} ${!y@} ${!z@} ${!A@} ${!B@} ${!C@} ${!D@} ${!E@} ${!F@} ${!G@} ${!H@} ${!I@} ${!J@} ${!K@} ${!L@} ${!M@} ${!N@} ${!O@} ${!P@} ${!Q@} ${!R@} ${!S@} ${!T@} ${!U@} ${!V@} ${!W@} ${!X@} ${!Y@} ${!Z@} ${!_@} "; }
 # Variables every fresh bash has (including the inherited environment): not saved.
-__agentbox_fresh=$(builtin compgen -v)
+__agentbox_names
+__agentbox_fresh=$__agentbox_list
 if [ -s "$__agentbox_state/env" ]; then
   builtin . "$__agentbox_state/env" 2>/dev/null
 fi
@@ -27,19 +31,20 @@ __agentbox_save() {
   builtin local IFS=$' \t\n' __agentbox_name
   {
     builtin export -p
-    for __agentbox_name in $(builtin compgen -v); do
+    __agentbox_names
+    for __agentbox_name in $__agentbox_list; do
       case $__agentbox_name in
         __agentbox_* | BASH* | COMP_* | _ | PWD | OLDPWD | FUNCNAME | PIPESTATUS | GROUPS | DIRSTACK | COLUMNS | LINES) continue ;;
       esac
-      case $'\n'"$__agentbox_fresh"$'\n' in
-        *$'\n'"$__agentbox_name"$'\n'*) continue ;;
+      case $__agentbox_fresh in
+        *" $__agentbox_name "*) continue ;;
       esac
       builtin declare -p -- "$__agentbox_name" 2>/dev/null
     done
-    for __agentbox_name in $(builtin compgen -A function); do
-      case $__agentbox_name in __agentbox_*) continue ;; esac
-      builtin declare -f -- "$__agentbox_name"
-    done
+    # Every function at once (no subshell). `__agentbox_save` comes along and is defined anew
+    # after the next command loads the file; `__agentbox_names` (defined before) is left out.
+    builtin unset -f __agentbox_names
+    builtin declare -f
   } >"$__agentbox_state/env.next"
   if [ "$__agentbox_mode" = physical ]; then
     builtin pwd -P >"$__agentbox_state/cwd.next"
