@@ -78,10 +78,10 @@ impl Fixture {
                     return value;
                 }
                 for line in text.lines() {
-                    if let Some(data) = line.strip_prefix("data:") {
-                        if let Ok(value) = serde_json::from_str::<Value>(data.trim()) {
-                            return value;
-                        }
+                    if let Some(data) = line.strip_prefix("data:")
+                        && let Ok(value) = serde_json::from_str::<Value>(data.trim())
+                    {
+                        return value;
                     }
                 }
             }

@@ -931,3 +931,32 @@ async fn a_plain_get_of_the_terminal_is_a_clear_error() {
     );
     assert!(Path::new("/proc/self").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_reach_prewarmed_shells_byte_for_byte() {
+    // After a session's first command, the next bash of each kind is started ahead of time and
+    // handed its command on a pipe: whitespace, newlines, quotes and the wrapper's own flag must
+    // arrive exactly as sent, in fresh and in continuing sessions alike.
+    let sandbox = start().await;
+    for session in ["warm-a", "warm-b"] {
+        for _ in 0..3 {
+            let data = sandbox
+                .run(
+                    session,
+                    "  printf '[%s]' \"  two  spaces  \"\nprintf '\\n%s' 'line\ttab'  ",
+                )
+                .await;
+            assert_eq!(data["output"], "[  two  spaces  ]\nline\ttab");
+            assert_eq!(data["exit_code"], 0);
+        }
+    }
+    let data = sandbox.run("warm-c", "--wait-for-command").await;
+    assert_eq!(data["exit_code"], 127, "{data}");
+    let data = sandbox.run("warm-c", "x=$((${x:-0} + 1)); echo $x").await;
+    assert_eq!(data["output"], "1");
+    let data = sandbox.run("warm-c", "x=$((x + 1)); echo $x").await;
+    assert_eq!(
+        data["output"], "2",
+        "the saved environment still carries over"
+    );
+}

@@ -1,7 +1,9 @@
 //! One command of a shell session, from spawn to exit.
 //!
 //! The command runs as `bash -c <wrapper> bash COMMAND STATE_DIR START_DIR MODE` (see
-//! `wrapper.bash`): the command is an argument, never part of a script string. bash leads a new
+//! `wrapper.bash`): the command is an argument, never part of a script string. Usually the bash
+//! is a [`Prewarmed`] one, started before the request with `--wait-for-command` and handed the
+//! same four values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
 //! session and process group; stdout and stderr share one pipe, so their lines stay in order;
 //! stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
 //! bounded [`OutputBuffer`], enforces the hard timeout and publishes the [`Outcome`] once bash
@@ -9,7 +11,7 @@
 //! shell; their later output is still read (and bounded) until they close the pipe.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -134,56 +136,220 @@ pub enum InputError {
     Io(#[from] io::Error),
 }
 
-impl Job {
-    /// Starts `spec`'s command. `activity` is held until bash exits. Must be called within the
-    /// Tokio runtime.
-    pub fn spawn(spec: JobSpec, activity: ActivityGuard) -> io::Result<Arc<Job>> {
-        let (reader, writer) = io::pipe()?;
+/// A bash already started and waiting, inside the wrapper, for its command on fd 3: the cost of
+/// starting bash (the loader, its libraries, the locale, the user lookup: a few milliseconds, more
+/// where the image sits on fuse-overlayfs) is paid before the request arrives. It is spawned
+/// exactly as a command's bash would be (same user, own session, same environment for its
+/// [`EnvKind`]); dropping it closes fd 3 and the waiting bash exits.
+#[derive(Debug)]
+pub struct Prewarmed {
+    kind: EnvKind,
+    pid: i32,
+    /// The write end of the child's fd 3.
+    args: std::fs::File,
+    stdin: Option<pipe::Sender>,
+    output: pipe::Receiver,
+    exit: tokio::sync::oneshot::Receiver<ExitStatus>,
+}
+
+/// Which environment a command's bash starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnvKind {
+    /// A session's first command: sandboxd's environment (minus secrets) plus
+    /// [`FIRST_COMMAND_ENV`].
+    Fresh,
+    /// Later commands: an empty environment; the wrapper sources the one the session saved.
+    Saved,
+}
+
+impl EnvKind {
+    pub fn of_state_dir(state_dir: &Path) -> EnvKind {
+        if std::fs::metadata(state_dir.join("env")).is_ok_and(|m| m.len() > 0) {
+            EnvKind::Saved
+        } else {
+            EnvKind::Fresh
+        }
+    }
+}
+
+/// Longest command handed to a prewarmed bash (it reads fd 3 a byte at a time); longer ones
+/// start a bash of their own with the command as an argument.
+pub const MAX_PREWARMED_COMMAND: usize = 16 * 1024;
+
+impl Prewarmed {
+    /// Starts a bash that waits for its command. Must be called within the Tokio runtime.
+    pub fn spawn(kind: EnvKind, identity: Option<&Identity>) -> io::Result<Prewarmed> {
+        let (args_reader, args) = io::pipe()?;
         let mut command = Command::new(BASH);
         command
             .arg("-c")
             .arg(WRAPPER)
             .arg("bash")
-            .arg(&spec.command)
-            .arg(&spec.state_dir)
-            .arg(&spec.start_dir)
-            .arg(if spec.physical { "physical" } else { "logical" })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::from(writer.try_clone()?))
-            .stderr(Stdio::from(writer))
-            // bash changes to START_DIR itself; "/" always exists and is always searchable.
-            .current_dir("/");
-        apply_environment(&mut command, &spec.state_dir, spec.identity.as_ref());
-        if let Some(identity) = &spec.identity {
-            command.uid(identity.uid).gid(identity.gid);
+            .arg(WAIT_FOR_COMMAND);
+        let args_fd = args_reader.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec and only calls dup2(2) and
+        // fcntl(2), which are async-signal-safe; `args_fd` stays open in the parent until the
+        // spawn has returned.
+        unsafe {
+            command.pre_exec(move || {
+                if args_fd == 3 {
+                    let flags = nix::libc::fcntl(3, nix::libc::F_GETFD);
+                    if flags < 0
+                        || nix::libc::fcntl(3, nix::libc::F_SETFD, flags & !nix::libc::FD_CLOEXEC)
+                            < 0
+                    {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if nix::libc::dup2(args_fd, 3) < 0 {
+                    // dup2 leaves the new descriptor without FD_CLOEXEC.
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
         }
-        supervisor::process::new_session(&mut command);
-        let spawned = supervisor::reaper().spawn(&mut command)?;
-        // Close our copies of the pipe's write end, so the reader sees EOF once the command's
-        // processes have all closed theirs.
-        drop(command);
-        let mut child = spawned.child;
-        let stdin = match child.stdin.take() {
-            Some(stdin) => Some(pipe::Sender::from_owned_fd(OwnedFd::from(stdin))?),
-            None => None,
+        let spawned = spawn_bash(command, kind, identity)?;
+        drop(args_reader);
+        Ok(Prewarmed {
+            kind,
+            pid: spawned.pid,
+            args: std::fs::File::from(OwnedFd::from(args)),
+            stdin: spawned.stdin,
+            output: spawned.output,
+            exit: spawned.exit,
+        })
+    }
+
+    pub fn kind(&self) -> EnvKind {
+        self.kind
+    }
+
+    /// Hands the command over: COMMAND STATE_DIR START_DIR MODE, each NUL-terminated. Fails if
+    /// the bash is gone (killed meanwhile), so the caller can start a cold one.
+    fn hand_over(&mut self, spec: &JobSpec) -> io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::ffi::OsStrExt;
+        if spec.command.contains('\0') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "NUL in command",
+            ));
+        }
+        let mut message = Vec::with_capacity(spec.command.len() + 256);
+        for part in [
+            spec.command.as_bytes(),
+            spec.state_dir.as_os_str().as_bytes(),
+            spec.start_dir.as_os_str().as_bytes(),
+            mode(spec.physical).as_bytes(),
+        ] {
+            message.extend_from_slice(part);
+            message.push(0);
+        }
+        // At most MAX_PREWARMED_COMMAND plus paths: far below a pipe's capacity, so this never
+        // blocks. A dead reader gives EPIPE (SIGPIPE is ignored by Rust programs).
+        self.args.write_all(&message)
+    }
+}
+
+/// The argument that makes the wrapper wait for its command on fd 3.
+const WAIT_FOR_COMMAND: &str = "--wait-for-command";
+
+fn mode(physical: bool) -> &'static str {
+    if physical { "physical" } else { "logical" }
+}
+
+/// A spawned bash with its pipes.
+struct SpawnedBash {
+    pid: i32,
+    stdin: Option<pipe::Sender>,
+    output: pipe::Receiver,
+    exit: tokio::sync::oneshot::Receiver<ExitStatus>,
+}
+
+/// Spawns `command` (a bash running the wrapper) in a new session as `identity`, with the
+/// environment of `kind`, stdin a pipe, stdout and stderr one shared pipe.
+fn spawn_bash(
+    mut command: Command,
+    kind: EnvKind,
+    identity: Option<&Identity>,
+) -> io::Result<SpawnedBash> {
+    let (reader, writer) = io::pipe()?;
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(writer.try_clone()?))
+        .stderr(Stdio::from(writer))
+        // bash changes to START_DIR itself; "/" always exists and is always searchable.
+        .current_dir("/");
+    apply_environment(&mut command, kind, identity);
+    if let Some(identity) = identity {
+        command.uid(identity.uid).gid(identity.gid);
+    }
+    supervisor::process::new_session(&mut command);
+    let spawned = supervisor::reaper().spawn(&mut command)?;
+    // Close our copies of the pipe's write end, so the reader sees EOF once the command's
+    // processes have all closed theirs.
+    drop(command);
+    let mut child = spawned.child;
+    let stdin = match child.stdin.take() {
+        Some(stdin) => Some(pipe::Sender::from_owned_fd(OwnedFd::from(stdin))?),
+        None => None,
+    };
+    Ok(SpawnedBash {
+        pid: spawned.pid,
+        stdin,
+        output: pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?,
+        exit: spawned.exit,
+    })
+}
+
+impl Job {
+    /// Starts `spec`'s command, in `warm` when given and still alive, else in a bash of its
+    /// own. `activity` is held until bash exits. Must be called within the Tokio runtime.
+    pub fn spawn(
+        spec: JobSpec,
+        warm: Option<Prewarmed>,
+        activity: ActivityGuard,
+    ) -> io::Result<Arc<Job>> {
+        let kind = EnvKind::of_state_dir(&spec.state_dir);
+        let warm = warm.filter(|w| w.kind == kind && spec.command.len() <= MAX_PREWARMED_COMMAND);
+        let bash = match warm.map(|mut w| w.hand_over(&spec).map(|()| w)) {
+            Some(Ok(w)) => SpawnedBash {
+                pid: w.pid,
+                stdin: w.stdin,
+                output: w.output,
+                exit: w.exit,
+            },
+            failed => {
+                if let Some(Err(error)) = failed {
+                    tracing::debug!(%error, "prewarmed shell unusable; starting one");
+                }
+                let mut command = Command::new(BASH);
+                command
+                    .arg("-c")
+                    .arg(WRAPPER)
+                    .arg("bash")
+                    .arg(&spec.command)
+                    .arg(&spec.state_dir)
+                    .arg(&spec.start_dir)
+                    .arg(mode(spec.physical));
+                spawn_bash(command, kind, spec.identity.as_ref())?
+            }
         };
-        let output = pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?;
         let job = Arc::new(Job {
             command: spec.command,
             ps1: spec.ps1,
-            pid: spawned.pid,
+            pid: bash.pid,
             stop_grace: spec.stop_grace,
             output: Mutex::new(OutputBuffer::new(spec.output_limit)),
             output_seen: watch::Sender::new(0),
             outcome: watch::Sender::new(None),
             stop_reason: Mutex::new(None),
-            stdin: tokio::sync::Mutex::new(stdin),
+            stdin: tokio::sync::Mutex::new(bash.stdin),
         });
         tracing::debug!(pid = job.pid, "shell command started");
         tokio::spawn(supervise(
             job.clone(),
-            output,
-            spawned.exit,
+            bash.output,
+            bash.exit,
             spec.hard_timeout,
             spec.state_dir,
             activity,
@@ -333,9 +499,8 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// The first command of a session inherits sandboxd's environment (secrets are long gone, and
 /// withheld again here); later ones start from an empty environment and source the one the
 /// session saved, so that `unset` sticks too.
-fn apply_environment(command: &mut Command, state_dir: &Path, identity: Option<&Identity>) {
-    let saved = std::fs::metadata(state_dir.join("env")).is_ok_and(|m| m.len() > 0);
-    if saved {
+fn apply_environment(command: &mut Command, kind: EnvKind, identity: Option<&Identity>) {
+    if kind == EnvKind::Saved {
         command.env_clear();
         return;
     }

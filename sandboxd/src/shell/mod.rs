@@ -40,6 +40,7 @@ use tokio::time::Instant;
 use crate::activity::Activity;
 use crate::config::Settings;
 pub use job::{CommandStatus, InputError, Job, Outcome, StopReason, WaitEnd};
+use job::{EnvKind, Prewarmed};
 pub use output::{RenderedOutput, TRUNCATE_CHARS};
 pub use session::{Session, SessionInfo};
 pub use terminal::{Terminal, TerminalSize};
@@ -177,6 +178,9 @@ pub struct Shell {
     state_root: Mutex<Option<PathBuf>>,
     next_state_dir: AtomicU64,
     closed: AtomicBool,
+    /// One bash of each environment kind started ahead of the next command (see
+    /// [`job::Prewarmed`]).
+    prewarmed: Mutex<Vec<Prewarmed>>,
 }
 
 /// How many detached command session ids are remembered.
@@ -196,6 +200,7 @@ impl Shell {
             state_root: Mutex::new(None),
             next_state_dir: AtomicU64::new(1),
             closed: AtomicBool::new(false),
+            prewarmed: Mutex::new(Vec::new()),
         }
     }
 
@@ -275,21 +280,25 @@ impl Shell {
         make_private_dir(&state_dir, identity.as_ref())?;
         let physical = !request.preserve_symlinks.unwrap_or(state.preserve_symlinks);
         let ps1 = prompt(identity.as_ref(), &start_dir);
+        let kind = EnvKind::of_state_dir(&state_dir);
+        let warm = self.take_prewarmed(kind);
         let job = Job::spawn(
             job::JobSpec {
                 command: request.command,
                 state_dir,
                 start_dir,
                 physical,
-                identity,
+                identity: identity.clone(),
                 hard_timeout: request.hard_timeout,
                 output_limit: self.config.output_limit,
                 stop_grace: self.config.stop_grace,
                 ps1,
             },
+            warm,
             self.activity.hold(),
         )
         .map_err(ShellError::Spawn)?;
+        self.refill_prewarmed(kind, identity.as_ref());
         state.remember(job.pid());
         state.current = Some(job.clone());
         state.touch();
@@ -376,6 +385,8 @@ impl Shell {
     /// New work is refused from now on.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        // Closing their fd 3 ends the waiting shells.
+        self.lock_prewarmed().clear();
         let removed = self.remove_all_sessions().await;
         let detached = std::mem::take(&mut *self.lock_detached());
         let terminals: Vec<i32> = self.lock_terminals().values().copied().collect();
@@ -505,6 +516,30 @@ impl Shell {
     }
 
     /// The directory holding every session's state directory, created on first use.
+    fn take_prewarmed(&self, kind: EnvKind) -> Option<Prewarmed> {
+        let mut warm = self.lock_prewarmed();
+        let at = warm.iter().position(|w| w.kind() == kind)?;
+        Some(warm.swap_remove(at))
+    }
+
+    /// Starts the next bash of `kind` ahead of time, unless one is waiting already. A failure
+    /// only costs the next command its head start.
+    fn refill_prewarmed(&self, kind: EnvKind, identity: Option<&Identity>) {
+        let mut warm = self.lock_prewarmed();
+        if self.closed.load(Ordering::SeqCst) || warm.iter().any(|w| w.kind() == kind) {
+            return;
+        }
+        match Prewarmed::spawn(kind, identity) {
+            Ok(next) => warm.push(next),
+            Err(error) => tracing::warn!(%error, "cannot start a shell ahead of time"),
+        }
+    }
+
+    fn lock_prewarmed(&self) -> MutexGuard<'_, Vec<Prewarmed>> {
+        // Pushes and removes are single calls: a poisoned list is still consistent.
+        self.prewarmed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn state_root(&self, identity: Option<&Identity>) -> Result<PathBuf, ShellError> {
         let mut root = self.lock_state_root();
         if let Some(root) = root.as_ref() {

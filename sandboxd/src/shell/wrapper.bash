@@ -1,7 +1,18 @@
 # Runs one command of a shell session and saves the session's state for the next one.
 # Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical
+# or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command
+# and then handed the same four values on fd 3, each NUL-terminated.
 # COMMAND arrives as data ($1) and is only ever given to `eval`, exactly as typed at a prompt.
 # Everything here uses `builtin` so that functions the user defines cannot change its meaning.
+if [ $# -eq 1 ] && [ "$1" = --wait-for-command ]; then
+  # sandboxd closing fd 3 without a command (it is stopping) ends this bash quietly.
+  IFS= builtin read -r -d '' __agentbox_1 <&3 && IFS= builtin read -r -d '' __agentbox_2 <&3 &&
+    IFS= builtin read -r -d '' __agentbox_3 <&3 && IFS= builtin read -r -d '' __agentbox_4 <&3 ||
+    builtin exit 0
+  builtin exec 3<&-
+  builtin set -- "$__agentbox_1" "$__agentbox_2" "$__agentbox_3" "$__agentbox_4"
+  builtin unset __agentbox_1 __agentbox_2 __agentbox_3 __agentbox_4
+fi
 __agentbox_state=$2
 __agentbox_mode=$4
 # Every variable name, without forking (`compgen -v` would need a subshell): each `${!X@}`
@@ -55,4 +66,4 @@ __agentbox_save() {
 # `set +x` first, with its own trace silenced, so a command that enabled tracing does not trace
 # the saving.
 builtin trap '{ __agentbox_status=$?; builtin set +o xtrace; } 2>/dev/null; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
-builtin eval "$1"
+builtin eval -- "$1"
