@@ -256,7 +256,7 @@ impl Shell {
     /// Starts `request` in `session`. Fails with [`ShellError::Busy`] while the session's
     /// previous command still runs.
     pub fn start(
-        &self,
+        self: &Arc<Self>,
         session: &Arc<Session>,
         request: CommandRequest,
     ) -> Result<Arc<Job>, ShellError> {
@@ -298,7 +298,10 @@ impl Shell {
             self.activity.hold(),
         )
         .map_err(ShellError::Spawn)?;
-        self.refill_prewarmed(kind, identity.as_ref());
+        // Off the request path: forking bash costs a millisecond here, and the request that
+        // just took the waiting one should not pay for the next.
+        let shell = Arc::clone(self);
+        tokio::task::spawn_blocking(move || shell.refill_prewarmed(kind, identity.as_ref()));
         state.remember(job.pid());
         state.current = Some(job.clone());
         state.touch();
