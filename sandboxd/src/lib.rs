@@ -80,6 +80,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone());
     let shell = state.shell.clone();
     let app = api::router(state);
+    // Building the router generated the OpenAPI descriptions of every route, then dropped
+    // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
+    // SAFETY: malloc_trim only walks glibc's own heap, under its own locks.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
 
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {

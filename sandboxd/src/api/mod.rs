@@ -112,10 +112,9 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
 
 /// The whole API. `/healthz` is outside authentication and does not count as activity.
 pub fn router(state: AppState) -> Router {
-    let document = Arc::new(openapi_document());
     let (protected, _) = protected_routes().split_for_parts();
     let protected = protected
-        .merge(openapi::routes(document))
+        .merge(openapi::routes())
         .merge(
             Router::new()
                 .nest_service(

@@ -1,8 +1,6 @@
 //! The OpenAPI document: generated from the route annotations and the wire types, served at
 //! `GET /v1/openapi.json`. Never hand-edited.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::State;
 use utoipa::openapi::OpenApi;
@@ -60,13 +58,11 @@ pub fn finish(document: &mut OpenApi) {
     }
 }
 
-/// `GET /v1/openapi.json`.
-pub fn routes(document: Arc<OpenApi>) -> axum::Router<AppState> {
+/// `GET /v1/openapi.json`. The document is generated per request instead of kept: it is asked
+/// for rarely, and holding it would cost every sandbox its memory for nothing.
+pub fn routes() -> axum::Router<AppState> {
     axum::Router::new().route(
         "/v1/openapi.json",
-        axum::routing::get(move |State(_): State<AppState>| {
-            let document = document.clone();
-            async move { Json(document.as_ref().clone()) }
-        }),
+        axum::routing::get(|State(_): State<AppState>| async { Json(super::openapi_document()) }),
     )
 }
