@@ -14,6 +14,7 @@ pub mod health;
 pub mod processes;
 pub mod sandbox;
 pub mod shell;
+pub mod tickets;
 
 pub use activity::*;
 pub use browser::*;
@@ -24,3 +25,4 @@ pub use health::*;
 pub use processes::*;
 pub use sandbox::*;
 pub use shell::*;
+pub use tickets::*;
