@@ -14,6 +14,15 @@ pub struct ActivityReport {
     pub in_flight: usize,
     #[allow(dead_code)]
     pub idle_secs: f64,
+    /// Whether every required program is ready (older sandboxd versions do not say: assume so).
+    #[serde(default = "assume_ready")]
+    pub ready: bool,
+    #[serde(default)]
+    pub not_ready: Vec<String>,
+}
+
+fn assume_ready() -> bool {
+    true
 }
 
 /// Talks to sandboxd over the sandbox network.

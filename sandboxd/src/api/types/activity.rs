@@ -11,4 +11,9 @@ pub struct ActivityReport {
     pub in_flight: usize,
     /// Seconds since the last activity before this heartbeat (0 while something is in flight).
     pub idle_secs: f64,
+    /// Whether every required program is ready (what `/readyz` says), so the heartbeat also
+    /// tells the orchestrator when the sandbox degrades and recovers.
+    pub ready: bool,
+    /// The required programs that are not ready, as `name (state)`.
+    pub not_ready: Vec<String>,
 }
