@@ -388,7 +388,7 @@ async fn requests_without_a_valid_key_or_token_are_refused() -> anyhow::Result<(
     let (status, _) = orchestrator
         .call(
             Method::GET,
-            &format!("/v1/sandboxes/{a_id}/vnc/vnc.html"),
+            &format!("/v1/sandboxes/{a_id}/vnc/"),
             None,
             None,
         )
@@ -396,24 +396,46 @@ async fn requests_without_a_valid_key_or_token_are_refused() -> anyhow::Result<(
     assert_eq!(status, 401);
     let token_a = orchestrator.token(a_id, "control").await?;
     let token_a_text = token_a["token"].as_str().unwrap();
-    let response = orchestrator
-        .http
-        .get(orchestrator.u(&format!(
-            "/v1/sandboxes/{a_id}/vnc/vnc.html?token={token_a_text}"
-        )))
+    let viewer_url = token_a["viewer_url"].as_str().unwrap();
+    assert!(
+        viewer_url.ends_with(&format!("/v1/sandboxes/{a_id}/vnc/?token={token_a_text}")),
+        "{viewer_url}"
+    );
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let response = no_redirects.get(viewer_url).send().await?;
+    assert_eq!(response.status(), 303, "the token is traded for a cookie");
+    assert_eq!(
+        response.headers()["location"],
+        format!("/v1/sandboxes/{a_id}/vnc/").as_str(),
+        "and taken out of the address"
+    );
+    let cookie = response.headers()["set-cookie"].to_str()?.to_string();
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        &format!("Path=/v1/sandboxes/{a_id}/vnc"),
+    ] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_string();
+    let page = no_redirects
+        .get(orchestrator.u(&format!("/v1/sandboxes/{a_id}/vnc/")))
+        .header("cookie", &session)
         .send()
         .await?;
-    assert_eq!(response.status(), 200);
+    assert_eq!(page.status(), 200);
     assert!(
-        response.headers()["set-cookie"]
+        page.headers()["content-security-policy"]
             .to_str()?
-            .contains("HttpOnly")
+            .contains("script-src 'self'")
     );
-    assert!(response.text().await?.contains("noVNC"));
+    assert!(page.text().await?.contains("Agentbox · live desktop"));
     let (status, error) = orchestrator
         .call(
             Method::GET,
-            &format!("/v1/sandboxes/{b_id}/vnc/vnc.html?token={token_a_text}"),
+            &format!("/v1/sandboxes/{b_id}/vnc/?token={token_a_text}"),
             None,
             None,
         )
@@ -423,7 +445,7 @@ async fn requests_without_a_valid_key_or_token_are_refused() -> anyhow::Result<(
     let (status, _) = orchestrator
         .call(
             Method::GET,
-            &format!("/v1/sandboxes/{a_id}/vnc/vnc.html?token={tampered}"),
+            &format!("/v1/sandboxes/{a_id}/vnc/?token={tampered}"),
             None,
             None,
         )
@@ -477,7 +499,7 @@ async fn requests_without_a_valid_key_or_token_are_refused() -> anyhow::Result<(
     let (status, _) = orchestrator
         .call(
             Method::GET,
-            &format!("/v1/sandboxes/{a_id}/vnc/vnc.html?token={token_a_text}"),
+            &format!("/v1/sandboxes/{a_id}/vnc/?token={token_a_text}"),
             None,
             None,
         )

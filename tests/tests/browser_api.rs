@@ -241,12 +241,13 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     );
     let cdp_url = info["cdp_url"].as_str().unwrap_or("");
     ensure!(
-        cdp_url.starts_with(&format!("ws://{}:9222/devtools/browser/", sb.ip)),
+        cdp_url.starts_with(&format!("ws://{}:8080/cdp/devtools/browser/", sb.ip)),
         "{info}"
     );
     let version: Value = sb
         .client
-        .get(format!("http://{}:9222/json/version", sb.ip))
+        .get(sb.url("/cdp/json/version"))
+        .bearer_auth(&sb.api_key)
         .send()
         .await?
         .json()
@@ -256,7 +257,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "{version} vs {info}"
     );
     ensure!(
-        info["vnc_url"] == format!("http://{}:6080/vnc.html", sb.ip),
+        info["vnc_url"] == format!("http://{}:8080/vnc/index.html", sb.ip),
         "{info}"
     );
     ensure!(

@@ -6,7 +6,8 @@ use agentbox_tests::{Sandbox, SandboxOptions, docker, num, readable_file, row};
 use serde_json::Value;
 
 const READY: Duration = Duration::from_secs(60);
-const ALL: [&str; 6] = ["xvfb", "openbox", "chromium", "cdp", "x11vnc", "websockify"];
+/// The programs that start with the sandbox (x11vnc starts on the first viewer).
+const ALL: [&str; 4] = ["xvfb", "openbox", "chromium", "cdp"];
 
 fn all_ready(programs: &[Value]) -> bool {
     ALL.iter().all(|n| row(programs, n)["state"] == "ready")
@@ -23,10 +24,11 @@ async fn every_program_becomes_ready_and_answers_on_its_port() {
         assert!(p["pid"].as_i64().unwrap() > 1, "{name} has a pid");
     }
 
-    // CDP answers on the container port through socat, with a URL a remote client can use.
+    // CDP answers through sandboxd's port with the key, with URLs that work as given.
     let version: Value = sandbox
         .client
-        .get(format!("http://{}:9222/json/version", sandbox.ip))
+        .get(sandbox.url("/cdp/json/version"))
+        .bearer_auth(&sandbox.api_key)
         .send()
         .await
         .unwrap()
@@ -36,27 +38,26 @@ async fn every_program_becomes_ready_and_answers_on_its_port() {
     assert!(version["Browser"].as_str().unwrap().contains("Chrome/"));
     let ws = version["webSocketDebuggerUrl"].as_str().unwrap();
     assert!(
-        ws.starts_with(&format!("ws://{}:9222/devtools/browser/", sandbox.ip)),
+        ws.starts_with(&format!("ws://{}:8080/cdp/devtools/browser/", sandbox.ip)),
         "{ws}"
     );
+    // Inside the sandbox, CDP is on loopback 9222 (socat), where in-sandbox tools look.
+    let inside = sandbox
+        .exec(&["curl", "-sf", "http://127.0.0.1:9222/json/version"])
+        .unwrap();
+    assert!(inside.contains("webSocketDebuggerUrl"), "{inside}");
 
-    // noVNC is served by websockify, and the VNC server behind it speaks RFB 3.8.
+    // noVNC is served by sandboxd with the key; the VNC server starts on the first viewer.
+    assert_eq!(row(&programs, "x11vnc")["state"], "stopped");
     let novnc = sandbox
         .client
-        .get(format!("http://{}:6080/vnc.html", sandbox.ip))
+        .get(sandbox.url("/vnc/vnc.html"))
+        .bearer_auth(&sandbox.api_key)
         .send()
         .await
         .unwrap();
     assert_eq!(novnc.status(), 200);
     assert!(novnc.text().await.unwrap().contains("noVNC"));
-    let banner = sandbox
-        .exec(&[
-            "python3",
-            "-c",
-            "import socket; s = socket.create_connection(('127.0.0.1', 5900)); print(s.recv(12).decode(), end='')",
-        ])
-        .unwrap();
-    assert_eq!(banner.trim_end(), "RFB 003.008");
 
     // Everything, sandboxd included, runs as the unprivileged user `agent`.
     let users = sandbox.exec(&["ps", "-eo", "user=,comm="]).unwrap();
@@ -120,13 +121,12 @@ async fn killing_xvfb_restarts_it_and_then_everything_that_depends_on_it() {
         .unwrap();
     let time = |name: &str, field: &str| row(&after, name)[field].as_str().unwrap().to_string();
     // Xvfb's dependents came back only after the new Xvfb was ready.
-    for dependent in ["openbox", "chromium", "x11vnc"] {
+    for dependent in ["openbox", "chromium"] {
         assert!(
             time(dependent, "started_at") >= time("xvfb", "ready_at"),
             "{dependent} started before xvfb was ready: {after:#?}"
         );
     }
-    assert!(time("websockify", "started_at") >= time("x11vnc", "ready_at"));
     assert!(time("cdp", "started_at") >= time("chromium", "ready_at"));
     assert_eq!(row(&after, "xvfb")["last_exit"]["signal"], 9);
     sandbox.wait_ready(READY).await.unwrap();
@@ -237,11 +237,11 @@ async fn docker_stop_ends_the_container_cleanly_with_exit_0() {
         .filter_map(|l| l.split("\"program\":\"").nth(1)?.split('"').next())
         .collect();
     let position = |name: &str| order.iter().position(|p| *p == name).unwrap();
-    assert_eq!(order.len(), 6, "{order:?}");
+    // x11vnc never started (nobody watched): the four that run stop.
+    assert_eq!(order.len(), 4, "{order:?}");
     // Reverse dependency order: dependents stop before what they depend on.
     assert!(position("cdp") < position("chromium"));
-    assert!(position("websockify") < position("x11vnc"));
-    for dependent in ["openbox", "chromium", "x11vnc"] {
+    for dependent in ["openbox", "chromium"] {
         assert!(position(dependent) < position("xvfb"), "{order:?}");
     }
     eprintln!("docker stop took {took:?}");
@@ -385,7 +385,7 @@ async fn sandbox_context_and_process_control() {
             .iter()
             .map(|p| p.as_str().unwrap())
             .collect();
-        for port in ["8080", "6080", "9222"] {
+        for port in ["8080", "9222"] {
             assert!(ports.contains(&port), "{port} in {ports:?}");
         }
         assert_eq!(system["screen"]["width"], 1280);
@@ -438,4 +438,83 @@ async fn the_dead_man_switch_stops_an_idle_sandbox() {
     pinger.abort();
     assert_eq!(code, "0");
     assert!(sandbox.logs_tail(50).contains("idle limit"));
+}
+
+/// Finding 5 of the attacker review (issue 7): no credential inside the container. Chromium's
+/// DevTools and the VNC server answered anyone who could reach the container (any host process,
+/// any web page through `docker run -p`), and an empty key turned authentication off.
+#[tokio::test]
+async fn finding_5_every_port_needs_the_key_and_nothing_else_listens_outside_loopback() {
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    // Nothing but sandboxd answers on the container's address.
+    for port in [9222u16, 9229, 6080, 5900] {
+        let address = format!("{}:{port}", sandbox.ip);
+        let connected = tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::net::TcpStream::connect(&address),
+        )
+        .await;
+        assert!(
+            !matches!(connected, Ok(Ok(_))),
+            "{address} accepts connections from outside the sandbox"
+        );
+    }
+    // Through sandboxd, CDP and the remote desktop need the key ...
+    let plain = reqwest::Client::new();
+    for path in [
+        "/cdp/json/version",
+        "/cdp/json/list",
+        "/vnc/vnc.html",
+        "/vnc/websockify",
+        "/websockify",
+        "/v1/shell/ws",
+    ] {
+        let response = plain.get(sandbox.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 401, "{path} without a key");
+    }
+    // ... and a web page cannot open their WebSockets from a user's browser, key or not.
+    for path in ["/vnc/websockify", "/cdp", "/v1/shell/ws"] {
+        let response = plain
+            .get(sandbox.url(path))
+            .bearer_auth(&sandbox.api_key)
+            .header("origin", "http://evil.example")
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403, "{path} from a foreign origin");
+    }
+    // An empty key is a start-up error, not "no authentication".
+    let id = docker(&[
+        "run",
+        "-d",
+        "--label",
+        "agentbox.test=1",
+        "-e",
+        "SANDBOX_API_KEY=",
+        &agentbox_tests::sandbox_image(),
+    ])
+    .unwrap();
+    let code = docker(&["wait", &id]).unwrap();
+    let logs = std::process::Command::new("docker")
+        .args(["logs", &id])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default();
+    let _ = docker(&["rm", "-f", &id]);
+    assert_ne!(code, "0", "{logs}");
+    assert!(logs.contains("SANDBOX_AUTH=none"), "{logs}");
+    // No setuid or setgid program in the image.
+    let privileged = sandbox
+        .exec(&["find", "/", "-xdev", "-perm", "/6000", "-type", "f"])
+        .unwrap();
+    assert_eq!(
+        privileged.trim(),
+        "",
+        "setuid/setgid programs: {privileged}"
+    );
 }

@@ -71,16 +71,15 @@ impl DockerBackend {
         egress: EgressPolicy,
         egress_allow: Vec<ipnet::Ipv4Net>,
     ) -> Result<Self, BackendError> {
+        let host = || match std::env::var("DOCKER_HOST") {
+            Ok(host) => format!("DOCKER_HOST={host}"),
+            Err(_) => "the local socket /var/run/docker.sock".to_string(),
+        };
         let docker = Docker::connect_with_defaults()
-            .map_err(|e| {
-                BackendError::Unavailable(format!(
-                    "{e} (DOCKER_HOST={})",
-                    std::env::var("DOCKER_HOST").unwrap_or_default()
-                ))
-            })?
+            .map_err(|e| BackendError::Unavailable(format!("{e} ({})", host())))?
             .negotiate_version()
             .await
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+            .map_err(|e| BackendError::Unavailable(format!("{e} ({})", host())))?;
         Ok(Self {
             docker,
             network: network.to_string(),
@@ -88,14 +87,6 @@ impl DockerBackend {
             egress,
             egress_allow,
         })
-    }
-
-    /// The bridge name a new network gets: `abx-` and a hash of the network's name (interface
-    /// names are at most 15 bytes).
-    fn bridge_name(&self) -> String {
-        use sha2::Digest;
-        let hash = sha2::Sha256::digest(self.network.as_bytes());
-        format!("abx-{}", hex::encode(&hash[..5]))
     }
 
     /// The network's bridge interface: the name it was given, or Docker's default `br-<id>`.
@@ -208,7 +199,10 @@ impl DockerBackend {
                     "com.docker.network.bridge.enable_icc".to_string(),
                     "false".to_string(),
                 ),
-                (BRIDGE_NAME_OPTION.to_string(), self.bridge_name()),
+                (
+                    BRIDGE_NAME_OPTION.to_string(),
+                    super::egress::bridge_name(&self.network),
+                ),
             ])),
             labels: Some(HashMap::from([(
                 LABEL_MANAGED.to_string(),

@@ -71,7 +71,33 @@ pub struct EgressRules {
     pub allow: Vec<Ipv4Net>,
 }
 
+/// The bridge interface name a sandbox network gets: `abx-` and a hash of the network's name
+/// (interface names are at most 15 bytes).
+pub fn bridge_name(network: &str) -> String {
+    format!(
+        "abx-{}",
+        hex::encode(&Sha256::digest(network.as_bytes())[..5])
+    )
+}
+
 impl EgressRules {
+    /// The iptables commands that unhook and delete both chains (when a network is removed for
+    /// good); each may fail harmlessly if already done.
+    pub fn teardown_commands(&self) -> Vec<Vec<String>> {
+        let forward = self.forward_chain();
+        let input = self.input_chain();
+        let mut commands = Vec::new();
+        for parent in ["DOCKER-USER", "FORWARD"] {
+            commands.push(strings(&["-D", parent, "-i", &self.bridge, "-j", &forward]));
+        }
+        commands.push(strings(&["-D", "INPUT", "-i", &self.bridge, "-j", &input]));
+        for chain in [&forward, &input] {
+            commands.push(strings(&["-F", chain]));
+            commands.push(strings(&["-X", chain]));
+        }
+        commands
+    }
+
     fn suffix(&self) -> String {
         hex::encode(&Sha256::digest(self.bridge.as_bytes())[..4])
     }

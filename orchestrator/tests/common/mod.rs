@@ -24,6 +24,10 @@ pub struct Options {
     pub ready_timeout_secs: u64,
     pub extra_args: Vec<String>,
     pub database_url: Option<String>,
+    /// Use this data directory (another orchestrator's) instead of a fresh one.
+    pub shared_data_dir: Option<PathBuf>,
+    /// Extra environment for the process.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -34,6 +38,8 @@ impl Default for Options {
             ready_timeout_secs: 180,
             extra_args: Vec::new(),
             database_url: None,
+            shared_data_dir: None,
+            env: Vec::new(),
         }
     }
 }
@@ -59,12 +65,16 @@ impl Orchestrator {
         }
         let instance = format!("test-{:x}", rand_u64());
         let data = tempfile::tempdir()?;
+        let data_dir = options
+            .shared_data_dir
+            .clone()
+            .unwrap_or_else(|| data.path().join("data"));
         let mut orchestrator = Self {
             child: None,
             url: String::new(),
             network: format!("agentbox-{instance}"),
             instance,
-            data_dir: data.path().to_path_buf(),
+            data_dir,
             _data: data,
             options,
             logs: Arc::new(Mutex::new(Vec::new())),
@@ -100,6 +110,9 @@ impl Orchestrator {
             .stderr(Stdio::piped());
         if let Some(url) = &self.options.database_url {
             command.env("DATABASE_URL", url);
+        }
+        for (name, value) in &self.options.env {
+            command.env(name, value);
         }
         let mut child = command
             .spawn()
@@ -277,6 +290,23 @@ impl Drop for Orchestrator {
             let _ = docker(&["rm", "-f", "-v", &id]);
         }
         let _ = docker(&["network", "rm", &self.network]);
+        remove_egress_rules(&self.network);
+    }
+}
+
+/// Removes the egress chains the orchestrator made for `network` (they outlive it by design).
+pub fn remove_egress_rules(network: &str) {
+    let rules = orchestrator::backend::egress::EgressRules {
+        bridge: orchestrator::backend::egress::bridge_name(network),
+        policy: orchestrator::backend::egress::EgressPolicy::Public,
+        allow: Vec::new(),
+    };
+    for args in rules.teardown_commands() {
+        let _ = Command::new("iptables")
+            .arg("-w")
+            .args(&args)
+            .stderr(Stdio::null())
+            .status();
     }
 }
 

@@ -35,7 +35,8 @@ class SandboxContainer:
         self.id = docker(*args, IMAGE)
         self.ip = docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", self.id)
         self.base_url = f"http://{self.ip}:8080"
-        self.cdp_url = f"http://{self.ip}:9222"
+        # CDP on sandboxd's own port, behind the key (Chromium itself listens on loopback only).
+        self.cdp_url = f"http://{self.ip}:8080/cdp"
         self.wait_ready()
 
     def headers(self) -> dict[str, str]:

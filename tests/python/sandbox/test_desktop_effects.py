@@ -30,7 +30,7 @@ window.addEventListener('pointerup', e => { window.drag.up++; drawing = false; }
 @pytest.fixture(scope="module")
 def page(sandbox):
     with sync_playwright() as p:
-        browser = p.chromium.connect_over_cdp(sandbox.cdp_url)
+        browser = p.chromium.connect_over_cdp(sandbox.cdp_url, headers=sandbox.headers())
         context = browser.contexts[0]
         page = context.pages[0] if context.pages else context.new_page()
         page.bring_to_front()

@@ -7,7 +7,7 @@ def test_connect_over_cdp_and_open_a_page_served_in_the_container(sandbox):
     sandbox.exec("sh", "-c", "mkdir -p /tmp/site && echo '<title>inside</title><h1 id=h>served in the sandbox</h1>' > /tmp/site/index.html")
     sandbox.exec("sh", "-c", "(python3 -m http.server 8765 --bind 127.0.0.1 --directory /tmp/site >/dev/null 2>&1 &)")
     with sync_playwright() as p:
-        browser = p.chromium.connect_over_cdp(sandbox.cdp_url)
+        browser = p.chromium.connect_over_cdp(sandbox.cdp_url, headers=sandbox.headers())
         context = browser.contexts[0]
         page = context.new_page()
         for _ in range(50):
@@ -21,3 +21,13 @@ def test_connect_over_cdp_and_open_a_page_served_in_the_container(sandbox):
         assert browser.version
         page.close()
         browser.close()
+
+
+def test_cdp_is_refused_without_the_key(sandbox):
+    with sync_playwright() as p:
+        try:
+            p.chromium.connect_over_cdp(sandbox.cdp_url, timeout=20_000)
+        except Exception as error:  # Playwright reports the 401 from /cdp/json/version
+            assert "401" in str(error), error
+        else:
+            raise AssertionError("connect_over_cdp without the key succeeded")
