@@ -8,12 +8,41 @@
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::names::name_enum;
+
+name_enum! {
+    /// An image encoding: `png` or `jpeg` (also `jpg`).
+    pub enum ImageFormat, "format" {
+        Png = "png",
+        Jpeg = "jpeg" | "jpg",
+    }
+}
+
+name_enum! {
+    /// A mouse button of a desktop action (`wheel` is read as `middle`).
+    pub enum DesktopButton, "button" {
+        Left = "left",
+        Middle = "middle" | "wheel",
+        Right = "right",
+        Back = "back",
+        Forward = "forward",
+    }
+}
+
+name_enum! {
+    /// The unit of a desktop scroll: wheel clicks (`notches`, also `notch`).
+    pub enum ScrollUnit, "unit" {
+        Notches = "notches" | "notch",
+    }
+}
+
 /// `GET /v1/browser/screenshot` query. With no parameters: the full screen as PNG.
 #[derive(Debug, Default, Deserialize, IntoParams, ToSchema, schemars::JsonSchema)]
 #[into_params(parameter_in = Query)]
 pub struct DesktopScreenshotQuery {
-    /// `png` (default) or `jpeg`.
-    pub format: Option<String>,
+    /// Default `png`.
+    #[param(inline)]
+    pub format: Option<ImageFormat>,
     /// JPEG quality, 1-100 (default 80).
     pub quality: Option<u8>,
     /// Downscale (keeping the aspect ratio) to fit this width; the scale is reported.
@@ -45,16 +74,16 @@ pub enum DesktopAction {
     Click {
         x: Option<f64>,
         y: Option<f64>,
-        button: Option<String>,
+        button: Option<DesktopButton>,
         num_clicks: Option<u32>,
         modifiers: Option<Vec<String>>,
         screenshot_id: Option<u64>,
     },
     MouseDown {
-        button: Option<String>,
+        button: Option<DesktopButton>,
     },
     MouseUp {
-        button: Option<String>,
+        button: Option<DesktopButton>,
     },
     RightClick {
         x: Option<f64>,
@@ -75,7 +104,7 @@ pub enum DesktopAction {
     DragTo {
         x: f64,
         y: f64,
-        button: Option<String>,
+        button: Option<DesktopButton>,
         screenshot_id: Option<u64>,
     },
     /// Press at the pointer, move by the offset, release.
@@ -88,7 +117,7 @@ pub enum DesktopAction {
         /// `[[x, y], ...]`, at least two points.
         #[schema(value_type = Vec<Vec<f64>>)]
         path: Vec<PathPoint>,
-        button: Option<String>,
+        button: Option<DesktopButton>,
         /// Pause after each point, in milliseconds (default 10), so applications see every
         /// point instead of coalescing them.
         step_ms: Option<u64>,
@@ -101,7 +130,7 @@ pub enum DesktopAction {
         dy: Option<i32>,
         x: Option<f64>,
         y: Option<f64>,
-        unit: Option<String>,
+        unit: Option<ScrollUnit>,
         screenshot_id: Option<u64>,
     },
     /// Type text (any Unicode). `use_clipboard: true` pastes it with ctrl+v instead.
@@ -198,4 +227,87 @@ pub struct ActionResponse {
     pub data: ActionData,
     pub status: &'static str,
     pub action_performed: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Option<T> {
+        serde_json::from_value(serde_json::json!(text)).ok()
+    }
+
+    /// Each name sandboxd accepted before these fields were enums still parses to the same
+    /// value, in any case.
+    #[test]
+    fn image_format_names() {
+        for (text, expected) in [
+            ("png", ImageFormat::Png),
+            ("PNG", ImageFormat::Png),
+            ("jpeg", ImageFormat::Jpeg),
+            ("JPEG", ImageFormat::Jpeg),
+            ("jpg", ImageFormat::Jpeg),
+            ("Jpg", ImageFormat::Jpeg),
+        ] {
+            assert_eq!(parse::<ImageFormat>(text), Some(expected), "{text}");
+        }
+        for text in ["gif", "webp", ""] {
+            assert_eq!(parse::<ImageFormat>(text), None, "{text}");
+        }
+        assert_eq!(serde_json::to_value(ImageFormat::Jpeg).unwrap(), "jpeg");
+    }
+
+    #[test]
+    fn desktop_button_names() {
+        for (text, expected) in [
+            ("left", DesktopButton::Left),
+            (" LEFT ", DesktopButton::Left),
+            ("middle", DesktopButton::Middle),
+            ("wheel", DesktopButton::Middle),
+            ("right", DesktopButton::Right),
+            ("Right", DesktopButton::Right),
+            ("back", DesktopButton::Back),
+            ("forward", DesktopButton::Forward),
+        ] {
+            assert_eq!(parse::<DesktopButton>(text), Some(expected), "{text}");
+        }
+        for text in ["thumb", "top", "1"] {
+            assert_eq!(parse::<DesktopButton>(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn scroll_unit_names() {
+        for text in ["notches", "notch", "NOTCHES"] {
+            assert_eq!(
+                parse::<ScrollUnit>(text),
+                Some(ScrollUnit::Notches),
+                "{text}"
+            );
+        }
+        for text in ["pixels", "lines"] {
+            assert_eq!(parse::<ScrollUnit>(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_bad_button_in_an_action_is_refused_naming_it() {
+        let error = serde_json::from_value::<DesktopAction>(serde_json::json!({
+            "action_type": "CLICK", "x": 1, "y": 2, "button": "thumb"
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("unknown button \"thumb\""), "{error}");
+        let action: DesktopAction = serde_json::from_value(serde_json::json!({
+            "action_type": "DRAG_TO", "x": 1, "y": 2, "button": "Wheel"
+        }))
+        .unwrap();
+        assert!(matches!(
+            action,
+            DesktopAction::DragTo {
+                button: Some(DesktopButton::Middle),
+                ..
+            }
+        ));
+    }
 }

@@ -12,6 +12,7 @@ pub mod common;
 pub mod desktop;
 pub mod file;
 pub mod health;
+mod names;
 pub mod processes;
 pub mod sandbox;
 pub mod shell;
