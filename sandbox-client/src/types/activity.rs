@@ -1,10 +1,10 @@
 //! The orchestrator's heartbeat.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// `GET /v1/activity`: what the sandbox is doing, for the orchestrator's idle reaper.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ActivityReport {
     /// Requests and long-lived sessions (terminals, WebSockets) in progress, not counting this
     /// heartbeat.

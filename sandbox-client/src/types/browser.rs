@@ -67,7 +67,7 @@ name_enum! {
 }
 
 /// `GET /v1/browser/info`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct BrowserInfoResult {
     pub user_agent: String,
     /// The browser's CDP websocket (`ws://host:9222/devtools/browser/<id>`; it changes when
@@ -82,14 +82,14 @@ pub struct BrowserInfoResult {
     pub page_viewport: Option<BrowserViewport>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct BrowserViewport {
     pub width: u32,
     pub height: u32,
 }
 
 /// `POST /v1/browser/page/navigate`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct NavigateRequest {
     /// An http(s) URL (or `about:blank`). Private and local addresses are refused unless
     /// allowed by configuration.
@@ -101,7 +101,7 @@ pub struct NavigateRequest {
 }
 
 /// Where the tab is after a navigation.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct PageStateResult {
     pub url: String,
     pub title: String,
@@ -111,7 +111,7 @@ pub struct PageStateResult {
 }
 
 /// `POST /v1/browser/page/click`: a `selector` or a point (`x`, `y`).
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct ClickRequest {
     /// CSS selector; the element's centre is clicked.
     pub selector: Option<String>,
@@ -126,7 +126,7 @@ pub struct ClickRequest {
 }
 
 /// `POST /v1/browser/page/hover`: a `selector` or a point.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct HoverRequest {
     pub selector: Option<String>,
     pub index: Option<f64>,
@@ -135,7 +135,7 @@ pub struct HoverRequest {
 }
 
 /// Where a mouse action went.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct PointerResult {
     pub x: f64,
     pub y: f64,
@@ -145,7 +145,7 @@ pub struct PointerResult {
 }
 
 /// `POST /v1/browser/page/fill`: replace a field's content.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FillRequest {
     pub text: String,
     /// CSS selector of an input, textarea or editable element (required).
@@ -155,7 +155,7 @@ pub struct FillRequest {
 }
 
 /// `POST /v1/browser/page/type`: type into the focused element.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct TypeRequest {
     pub text: String,
     /// Milliseconds between characters (default 0, at most 1000).
@@ -163,21 +163,21 @@ pub struct TypeRequest {
 }
 
 /// `POST /v1/browser/page/press_key`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct PressKeyRequest {
     /// A key name (`Enter`, `Tab`, `ArrowDown`, `a`) or a combination (`Control+a`).
     pub key: String,
 }
 
 /// `POST /v1/browser/page/hot_key`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct HotKeyRequest {
     /// Keys pressed together, modifiers first: `["Control", "a"]`.
     pub keys: Vec<String>,
 }
 
 /// `POST /v1/browser/page/scroll`.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct ScrollRequest {
     /// Default `down`.
     pub direction: Option<ScrollDirection>,
@@ -186,14 +186,14 @@ pub struct ScrollRequest {
 }
 
 /// `POST /v1/browser/page/scroll_to`.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct ScrollToRequest {
     pub x: Option<f64>,
     pub y: Option<f64>,
 }
 
 /// The scroll position after scrolling.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ScrollResult {
     /// `window`, or the scrollable element that moved.
     pub target: String,
@@ -202,7 +202,7 @@ pub struct ScrollResult {
 }
 
 /// `POST /v1/browser/page/evaluate`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct EvaluateRequest {
     /// JavaScript evaluated in the page. A function expression (`() => document.title`) is
     /// called; promises are awaited. The answer's `data` is the JSON value; an exception is
@@ -213,7 +213,7 @@ pub struct EvaluateRequest {
 }
 
 /// `POST /v1/browser/page/wait`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct WaitRequest {
     #[serde(rename = "type")]
     pub kind: WaitKind,
@@ -234,7 +234,7 @@ pub struct WaitRequest {
 }
 
 /// What a wait ended with.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct WaitResult {
     #[serde(rename = "type")]
     pub kind: WaitKind,
@@ -246,14 +246,14 @@ pub struct WaitResult {
 }
 
 /// `GET /v1/browser/page/html` query.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 pub struct HtmlQuery {
     /// The whole document (true, default) or the body's inner HTML (false).
     pub outer: Option<bool>,
 }
 
 /// `GET /v1/browser/page/screenshot` query.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 pub struct ScreenshotQuery {
     /// The whole page instead of the viewport (default false).
     pub full_page: Option<bool>,
@@ -265,7 +265,7 @@ pub struct ScreenshotQuery {
 }
 
 /// `GET /v1/browser/page/markdown`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct MarkdownResult {
     pub url: String,
     pub title: String,
@@ -276,7 +276,7 @@ pub struct MarkdownResult {
 
 /// `GET /v1/browser/page/snapshot` (Agentbox; not in AIO): a compact, actionable view of the
 /// page. Every `selector` matches exactly its element when the snapshot was taken.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct PageSnapshot {
     pub url: String,
     pub title: String,
@@ -294,20 +294,20 @@ pub struct PageSnapshot {
     pub counts: SnapshotCounts,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotLink {
     pub text: String,
     pub href: String,
     pub selector: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotButton {
     pub text: String,
     pub selector: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotInput {
     /// Input type (`text`, `email`, `checkbox`...), or `textarea`, `select`, `contenteditable`.
     #[serde(rename = "type")]
@@ -324,7 +324,7 @@ pub struct SnapshotInput {
     pub selector: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotCounts {
     pub links: usize,
     pub buttons: usize,
@@ -332,7 +332,7 @@ pub struct SnapshotCounts {
 }
 
 /// One tab of `GET /v1/browser/tabs`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct TabItem {
     pub index: usize,
     pub url: String,
@@ -342,7 +342,7 @@ pub struct TabItem {
 }
 
 /// `POST /v1/browser/tabs`.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct NewTabRequest {
     /// Opened in the new tab (URL policy applies); blank when absent.
     pub url: Option<String>,

@@ -37,7 +37,7 @@ name_enum! {
 }
 
 /// `GET /v1/browser/screenshot` query. With no parameters: the full screen as PNG.
-#[derive(Debug, Default, Deserialize, IntoParams, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, IntoParams, ToSchema, schemars::JsonSchema)]
 #[into_params(parameter_in = Query)]
 pub struct DesktopScreenshotQuery {
     /// Default `png`.
@@ -51,11 +51,105 @@ pub struct DesktopScreenshotQuery {
     pub max_height: Option<u32>,
 }
 
+/// The headers of `GET /v1/browser/screenshot`, whose body is the image itself.
+pub mod screenshot_headers {
+    /// The screen's size in pixels.
+    pub const SCREEN_WIDTH: &str = "x-screen-width";
+    pub const SCREEN_HEIGHT: &str = "x-screen-height";
+    /// The image's size in pixels (smaller than the screen when downscaled).
+    pub const IMAGE_WIDTH: &str = "x-image-width";
+    pub const IMAGE_HEIGHT: &str = "x-image-height";
+    /// The id actions name in `screenshot_id` to aim in the image's pixels.
+    pub const SCREENSHOT_ID: &str = "x-screenshot-id";
+    /// Screen pixels per image pixel, with six decimals.
+    pub const SCALE_X: &str = "x-scale-x";
+    pub const SCALE_Y: &str = "x-scale-y";
+}
+
+/// What a desktop screenshot's headers say: its id, the screen and image sizes and the scale
+/// between them. sandboxd writes it with [`headers`](Self::headers); clients read it with
+/// [`from_headers`](Self::from_headers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScreenshotInfo {
+    pub id: u64,
+    pub screen_width: u32,
+    pub screen_height: u32,
+    pub image_width: u32,
+    pub image_height: u32,
+    /// Screen pixels per image pixel, horizontally.
+    pub scale_x: f64,
+    /// Screen pixels per image pixel, vertically.
+    pub scale_y: f64,
+}
+
+/// A screenshot header that is missing or does not hold a number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("screenshot header {name}: {problem}")]
+pub struct InvalidHeader {
+    pub name: &'static str,
+    pub problem: String,
+}
+
+impl ScreenshotInfo {
+    /// The headers, as (name, value) pairs.
+    pub fn headers(&self) -> [(&'static str, String); 7] {
+        use screenshot_headers as h;
+        [
+            (h::SCREEN_WIDTH, self.screen_width.to_string()),
+            (h::SCREEN_HEIGHT, self.screen_height.to_string()),
+            (h::IMAGE_WIDTH, self.image_width.to_string()),
+            (h::IMAGE_HEIGHT, self.image_height.to_string()),
+            (h::SCREENSHOT_ID, self.id.to_string()),
+            (h::SCALE_X, format!("{:.6}", self.scale_x)),
+            (h::SCALE_Y, format!("{:.6}", self.scale_y)),
+        ]
+    }
+
+    /// Reads the headers through `get` (a header's value by its lower-case name).
+    pub fn from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Self, InvalidHeader> {
+        use screenshot_headers as h;
+        fn number<T: std::str::FromStr>(
+            name: &'static str,
+            value: Option<&str>,
+        ) -> Result<T, InvalidHeader> {
+            let value = value.ok_or_else(|| InvalidHeader {
+                name,
+                problem: "missing".into(),
+            })?;
+            value.trim().parse().map_err(|_| InvalidHeader {
+                name,
+                problem: format!("{value:?} is not a number of the expected kind"),
+            })
+        }
+        let scale = |name| {
+            number::<f64>(name, get(name)).and_then(|scale| {
+                if scale.is_finite() && scale > 0.0 {
+                    Ok(scale)
+                } else {
+                    Err(InvalidHeader {
+                        name,
+                        problem: format!("{scale} is not a positive scale"),
+                    })
+                }
+            })
+        };
+        Ok(Self {
+            id: number(h::SCREENSHOT_ID, get(h::SCREENSHOT_ID))?,
+            screen_width: number(h::SCREEN_WIDTH, get(h::SCREEN_WIDTH))?,
+            screen_height: number(h::SCREEN_HEIGHT, get(h::SCREEN_HEIGHT))?,
+            image_width: number(h::IMAGE_WIDTH, get(h::IMAGE_WIDTH))?,
+            image_height: number(h::IMAGE_HEIGHT, get(h::IMAGE_HEIGHT))?,
+            scale_x: scale(h::SCALE_X)?,
+            scale_y: scale(h::SCALE_Y)?,
+        })
+    }
+}
+
 /// A point `[x, y]` of a drag path.
 pub type PathPoint = [f64; 2];
 
 /// One desktop action, tagged by `action_type`.
-#[derive(Debug, Clone, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 #[serde(tag = "action_type", rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum DesktopAction {
     /// Move the pointer to (x, y).
@@ -196,9 +290,9 @@ impl DesktopAction {
 
 /// What an action did. `status` is always `"success"` (AIO's SDK accepts no other value);
 /// failures are error answers instead.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ActionData {
-    pub status: &'static str,
+    pub status: String,
     pub action_performed: String,
     /// The pointer position after the action, in screen pixels.
     pub cursor: Option<CursorPosition>,
@@ -206,13 +300,13 @@ pub struct ActionData {
     pub settle: Option<SettleInfo>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
 pub struct CursorPosition {
     pub x: i32,
     pub y: i32,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SettleInfo {
     pub settled: bool,
     pub waited_ms: u64,
@@ -220,12 +314,12 @@ pub struct SettleInfo {
 }
 
 /// `POST /v1/browser/actions` answer: AIO's envelope plus its legacy top-level fields.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ActionResponse {
     pub success: bool,
     pub message: String,
     pub data: ActionData,
-    pub status: &'static str,
+    pub status: String,
     pub action_performed: String,
 }
 
@@ -288,6 +382,42 @@ mod tests {
         for text in ["pixels", "lines"] {
             assert_eq!(parse::<ScrollUnit>(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn screenshot_headers_round_trip() {
+        let info = ScreenshotInfo {
+            id: 42,
+            screen_width: 1920,
+            screen_height: 1080,
+            image_width: 1280,
+            image_height: 720,
+            scale_x: 1.5,
+            scale_y: 1.5,
+        };
+        let headers = info.headers();
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(ScreenshotInfo::from_headers(get), Ok(info));
+        assert_eq!(get("x-scale-x"), Some("1.500000"));
+        let missing = ScreenshotInfo::from_headers(|name| {
+            (name != screenshot_headers::SCREENSHOT_ID)
+                .then(|| get(name))
+                .flatten()
+        });
+        assert_eq!(missing.unwrap_err().name, "x-screenshot-id");
+        let bad_scale = ScreenshotInfo::from_headers(|name| {
+            if name == screenshot_headers::SCALE_Y {
+                Some("0")
+            } else {
+                get(name)
+            }
+        });
+        assert_eq!(bad_scale.unwrap_err().name, "x-scale-y");
     }
 
     #[test]

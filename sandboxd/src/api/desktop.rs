@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::extract::{AioJson, AioQuery};
 use super::types::{
     self, ActionData, ActionResponse, CursorPosition, DesktopAction, DesktopScreenshotQuery,
-    ErrorBody, SettleInfo,
+    ErrorBody, ScreenshotInfo, SettleInfo,
 };
 use crate::desktop_session::DesktopSession;
 
@@ -57,15 +57,16 @@ pub async fn screenshot(
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(image.mime));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    for (name, value) in [
-        ("x-screen-width", image.screen_width.to_string()),
-        ("x-screen-height", image.screen_height.to_string()),
-        ("x-image-width", image.width.to_string()),
-        ("x-image-height", image.height.to_string()),
-        ("x-screenshot-id", shot.id.to_string()),
-        ("x-scale-x", format!("{:.6}", image.scale_x)),
-        ("x-scale-y", format!("{:.6}", image.scale_y)),
-    ] {
+    let info = ScreenshotInfo {
+        id: shot.id,
+        screen_width: image.screen_width,
+        screen_height: image.screen_height,
+        image_width: image.width,
+        image_height: image.height,
+        scale_x: image.scale_x,
+        scale_y: image.scale_y,
+    };
+    for (name, value) in info.headers() {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
@@ -152,7 +153,7 @@ pub async fn actions(
     Ok(Json(ActionResponse {
         success: true,
         message: format!("{} performed", data.action_performed),
-        status: "success",
+        status: "success".into(),
         action_performed: data.action_performed.clone(),
         data,
     }))
@@ -210,7 +211,7 @@ pub async fn perform(state: &AppState, action: DesktopAction) -> Result<ActionDa
     let session = state.desktop.clone();
     let (x, y) = blocking(move || session.with(|d| d.cursor_position())).await?;
     Ok(ActionData {
-        status: "success",
+        status: "success".into(),
         action_performed: name.to_string(),
         cursor: Some(CursorPosition { x, y }),
         settle,
