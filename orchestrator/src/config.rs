@@ -101,6 +101,28 @@ pub struct ServeArgs {
     /// How long records of sandboxes whose container vanished are kept, seconds.
     #[arg(long, env = "AGENTBOX_LOST_RETENTION_SECS", default_value_t = 3600)]
     pub lost_retention_secs: u64,
+    /// Sandboxes one API key may have running at once (creating or ready; 0: no limit).
+    #[arg(long, env = "AGENTBOX_MAX_SANDBOXES_PER_KEY", default_value_t = 20)]
+    pub max_sandboxes_per_key: usize,
+    /// The master key file (256 bits; sandbox keys and the token-signing key are derived from
+    /// it, so the database holds neither). Default: `master.key` in the data directory, created
+    /// at first start. Instances sharing a database must share this file.
+    #[arg(long, env = "AGENTBOX_MASTER_KEY_FILE")]
+    pub master_key_file: Option<PathBuf>,
+    /// What sandboxes may reach on the network: `public` (the internet, but not this host,
+    /// other sandboxes, private, loopback, link-local (cloud metadata) or multicast ranges) or
+    /// `none` (nothing). Enforced with the host's iptables (root or CAP_NET_ADMIN needed);
+    /// `unrestricted` skips enforcement (not recommended).
+    #[arg(long, env = "AGENTBOX_EGRESS", value_enum, default_value = "public")]
+    pub egress: crate::backend::egress::EgressPolicy,
+    /// Destinations sandboxes may reach even when private (CIDR, e.g. `10.1.2.3/32`; comma-
+    /// separated in the environment): an internal proxy, a package mirror.
+    #[arg(
+        long = "egress-allow",
+        env = "AGENTBOX_EGRESS_ALLOW",
+        value_delimiter = ','
+    )]
+    pub egress_allow: Vec<String>,
     /// Admin key to install (at least 24 characters). Default: one is generated at first start
     /// and printed once.
     #[arg(long, env = "AGENTBOX_ADMIN_KEY", hide_env_values = true)]
@@ -132,6 +154,10 @@ pub struct Settings {
     pub lost_retention: Duration,
     pub admin_key: Option<String>,
     pub log_format: LogFormat,
+    pub max_sandboxes_per_key: usize,
+    pub master_key_file: PathBuf,
+    pub egress: crate::backend::egress::EgressPolicy,
+    pub egress_allow: Vec<ipnet::Ipv4Net>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -196,6 +222,26 @@ impl ServeArgs {
             }
             None => crate::db::sqlite_url(&self.data_dir),
         };
+        let egress_allow = self
+            .egress_allow
+            .iter()
+            .filter(|c| !c.trim().is_empty())
+            .map(|c| {
+                let c = c.trim();
+                c.parse::<ipnet::Ipv4Net>()
+                    .or_else(|_| c.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
+                    .map_err(|_| {
+                        invalid(
+                            "egress-allow",
+                            format!("{c:?} is not an IPv4 address or CIDR range"),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let master_key_file = self
+            .master_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("master.key"));
         let public_url = self
             .public_url
             .map(|u| u.trim_end_matches('/').to_string())
@@ -241,6 +287,10 @@ impl ServeArgs {
             lost_retention: Duration::from_secs(self.lost_retention_secs),
             admin_key: self.admin_key.filter(|k| !k.is_empty()),
             log_format: self.log_format,
+            max_sandboxes_per_key: self.max_sandboxes_per_key,
+            master_key_file,
+            egress: self.egress,
+            egress_allow,
         })
     }
 }

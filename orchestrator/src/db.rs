@@ -49,6 +49,9 @@ pub enum SandboxStatus {
     Creating,
     /// Ready and handed out (or waiting in the warm pool when `pooled`).
     Ready,
+    /// Running, but sandboxd reports a required program not ready (the heartbeat saw it;
+    /// `error` says which). The proxies still reach it, so it can be inspected and repaired.
+    Degraded,
     /// Being removed.
     Deleting,
     /// The record outlived its container (found missing by the reconciler or the heartbeat).
@@ -56,15 +59,29 @@ pub enum SandboxStatus {
 }
 
 impl SandboxStatus {
-    pub const ALL: [SandboxStatus; 4] = [Self::Creating, Self::Ready, Self::Deleting, Self::Lost];
+    pub const ALL: [SandboxStatus; 5] = [
+        Self::Creating,
+        Self::Ready,
+        Self::Degraded,
+        Self::Deleting,
+        Self::Lost,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Creating => "creating",
             Self::Ready => "ready",
+            Self::Degraded => "degraded",
             Self::Deleting => "deleting",
             Self::Lost => "lost",
         }
+    }
+}
+
+impl SandboxStatus {
+    /// Running and reachable through the proxies (ready or degraded).
+    pub fn is_live(self) -> bool {
+        matches!(self, Self::Ready | Self::Degraded)
     }
 }
 
@@ -74,7 +91,9 @@ impl FromStr for SandboxStatus {
         Self::ALL
             .into_iter()
             .find(|status| status.as_str() == s)
-            .ok_or_else(|| format!("unknown status `{s}` (one of creating, ready, deleting, lost)"))
+            .ok_or_else(|| {
+                format!("unknown status `{s}` (one of creating, ready, degraded, deleting, lost)")
+            })
     }
 }
 
@@ -91,8 +110,12 @@ pub struct SandboxRecord {
     pub container_id: Option<String>,
     /// The container's address on the sandbox network.
     pub address: Option<String>,
-    /// sandboxd's per-sandbox key. Never leaves the orchestrator.
-    pub api_key: String,
+    /// The orchestrator instance that runs its container (`--instance`); only that instance
+    /// reconciles, reaps or removes it. `None` for rows written before instances were recorded.
+    pub instance: Option<String>,
+    /// A sandbox key stored by an older version (now keys are derived from the master key and
+    /// never stored). Never leaves the orchestrator.
+    pub legacy_key: Option<String>,
     /// `WIDTHxHEIGHT`, or `None` for the image's default.
     pub resolution: Option<String>,
     pub env: BTreeMap<String, String>,
@@ -124,6 +147,8 @@ pub struct ApiKeyRecord {
 pub struct TokenRecord {
     pub id: String,
     pub sandbox_id: String,
+    /// The API key that issued the token; revoking it ends the token.
+    pub issuer_key_id: Option<String>,
     pub scope: String,
     pub created_at: i64,
     pub expires_at: i64,
@@ -135,6 +160,8 @@ pub struct TokenRecord {
 pub struct SandboxFilter {
     /// Only those of this key (`None`: everyone's).
     pub owner_key_id: Option<String>,
+    /// Only those run by this orchestrator instance.
+    pub instance: Option<String>,
     pub status: Option<SandboxStatus>,
     /// Include warm-pool members.
     pub include_pooled: bool,
@@ -177,7 +204,7 @@ pub fn redact_url(url: &str) -> String {
 
 const SANDBOX_COLUMNS: &str = "id, owner_key_id, image, status, pooled, container_id, address, \
     api_key, resolution, env, metadata, idle_timeout_secs, max_lifetime_secs, created_at, \
-    ready_at, expires_at, last_active_at, ended_at, error";
+    ready_at, expires_at, last_active_at, ended_at, error, instance";
 
 impl Store {
     /// Connects and applies the migrations.
@@ -270,6 +297,28 @@ impl Store {
         row.map(|row| key_from_row(&row)).transpose()
     }
 
+    pub async fn key(&self, id: &str) -> Result<Option<ApiKeyRecord>> {
+        let row = sqlx::query(
+            "SELECT id, name, key_hash, is_admin, created_at, revoked_at FROM api_keys \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("get api key"))?;
+        row.map(|row| key_from_row(&row)).transpose()
+    }
+
+    /// Ids of keys revoked at or after `since` (for ending their sessions).
+    pub async fn keys_revoked_since(&self, since: i64) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT id FROM api_keys WHERE revoked_at >= $1")
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("list revoked keys"))?;
+        rows.iter().map(|row| get(row, "id")).collect()
+    }
+
     pub async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         let rows = sqlx::query(
             "SELECT id, name, key_hash, is_admin, created_at, revoked_at FROM api_keys \
@@ -307,7 +356,8 @@ impl Store {
     pub async fn insert_sandbox(&self, s: &SandboxRecord) -> Result<()> {
         let sql = format!(
             "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
+             $20)"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&s.id)
@@ -317,7 +367,7 @@ impl Store {
             .bind(s.pooled as i64)
             .bind(&s.container_id)
             .bind(&s.address)
-            .bind(&s.api_key)
+            .bind(s.legacy_key.as_deref().unwrap_or(""))
             .bind(&s.resolution)
             .bind(to_json(&s.env))
             .bind(to_json(&s.metadata))
@@ -329,6 +379,7 @@ impl Store {
             .bind(s.last_active_at)
             .bind(s.ended_at)
             .bind(&s.error)
+            .bind(&s.instance)
             .execute(&self.pool)
             .await
             .map_err(query_error("insert sandbox"))?;
@@ -356,6 +407,10 @@ impl Store {
             n += 1;
             sql.push_str(&format!(" AND status = ${n}"));
         }
+        if filter.instance.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND instance = ${n}"));
+        }
         if !filter.include_pooled {
             sql.push_str(" AND pooled = 0");
         }
@@ -367,11 +422,39 @@ impl Store {
         if let Some(status) = filter.status {
             query = query.bind(status.as_str());
         }
+        if let Some(instance) = &filter.instance {
+            query = query.bind(instance);
+        }
         let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(query_error("list sandboxes"))?;
         rows.iter().map(sandbox_from_row).collect()
+    }
+
+    /// Gives rows written before instances were recorded to `instance` (the only instance that
+    /// could have run them, when one orchestrator used the database).
+    pub async fn adopt_unassigned(&self, instance: &str) -> Result<u64> {
+        let done = sqlx::query("UPDATE sandboxes SET instance = $1 WHERE instance IS NULL")
+            .bind(instance)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("adopt unassigned sandboxes"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Counts a key's sandboxes that hold resources (creating or ready, not pool members).
+    pub async fn count_live_sandboxes(&self, owner_key_id: &str) -> Result<i64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
+             AND status IN ('creating', 'ready')",
+        )
+        .bind(owner_key_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query_error("count sandboxes"))?;
+        row.try_get::<i64, _>(0)
+            .map_err(query_error("count sandboxes"))
     }
 
     /// Records the container of a sandbox being created.
@@ -417,6 +500,27 @@ impl Store {
             .await
             .map_err(query_error("set status"))?;
         Ok(())
+    }
+
+    /// Moves a live sandbox between ready and degraded (with the reason), only if it is still
+    /// live; returns whether it changed.
+    pub async fn set_health(&self, id: &str, healthy: bool, reason: Option<&str>) -> Result<bool> {
+        let (to, from) = if healthy {
+            ("ready", "degraded")
+        } else {
+            ("degraded", "ready")
+        };
+        let done = sqlx::query(
+            "UPDATE sandboxes SET status = $1, error = $2 WHERE id = $3 AND status = $4",
+        )
+        .bind(to)
+        .bind(reason)
+        .bind(id)
+        .bind(from)
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("set health"))?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// Hands a ready pool member to an owner, atomically: false when someone else got it first
@@ -496,8 +600,8 @@ impl Store {
 
     pub async fn insert_token(&self, token: &TokenRecord) -> Result<()> {
         sqlx::query(
-            "INSERT INTO tokens (id, sandbox_id, scope, created_at, expires_at, revoked_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO tokens (id, sandbox_id, scope, created_at, expires_at, revoked_at, \
+             issuer_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&token.id)
         .bind(&token.sandbox_id)
@@ -505,6 +609,7 @@ impl Store {
         .bind(token.created_at)
         .bind(token.expires_at)
         .bind(token.revoked_at)
+        .bind(&token.issuer_key_id)
         .execute(&self.pool)
         .await
         .map_err(query_error("insert token"))?;
@@ -513,8 +618,8 @@ impl Store {
 
     pub async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
         let row = sqlx::query(
-            "SELECT id, sandbox_id, scope, created_at, expires_at, revoked_at FROM tokens \
-             WHERE id = $1",
+            "SELECT id, sandbox_id, scope, created_at, expires_at, revoked_at, issuer_key_id \
+             FROM tokens WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -599,6 +704,7 @@ fn token_from_row(row: &AnyRow) -> Result<TokenRecord> {
     Ok(TokenRecord {
         id: get(row, "id")?,
         sandbox_id: get(row, "sandbox_id")?,
+        issuer_key_id: get(row, "issuer_key_id")?,
         scope: get(row, "scope")?,
         created_at: get(row, "created_at")?,
         expires_at: get(row, "expires_at")?,
@@ -619,7 +725,8 @@ fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {
         pooled: get::<i64>(row, "pooled")? != 0,
         container_id: get(row, "container_id")?,
         address: get(row, "address")?,
-        api_key: get(row, "api_key")?,
+        instance: get(row, "instance")?,
+        legacy_key: Some(get::<String>(row, "api_key")?).filter(|k| !k.is_empty()),
         resolution: get(row, "resolution")?,
         env: from_json("sandboxes.env", &get::<String>(row, "env")?)?,
         metadata: from_json("sandboxes.metadata", &get::<String>(row, "metadata")?)?,

@@ -6,6 +6,9 @@
 //! - [`db`]: the SQL store (SQLite by default, Postgres with `DATABASE_URL`; one set of
 //!   migrations);
 //! - [`auth`]: API keys (hashed; admin key bootstrap); [`tokens`]: signed viewer tokens;
+//! - [`keyring`]: the master key and the secrets derived from it (sandbox keys, token signing);
+//!   [`data_dir`]: the data directory's permissions;
+//! - [`sessions`]: open proxied sessions and the authority each rests on;
 //! - [`backend`]: the container platform behind a trait; [`backend::docker`] with bollard;
 //! - [`sandboxes`]: the lifecycle (create, ready, claim, delete), reconciliation, the reaper,
 //!   heartbeats and the warm pool;
@@ -19,12 +22,15 @@ pub mod auth;
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod data_dir;
 pub mod db;
+pub mod keyring;
 pub mod logging;
 pub mod metrics;
 pub mod proxy;
 pub mod sandboxes;
 pub mod secret;
+pub mod sessions;
 pub mod tokens;
 
 use std::sync::Arc;
@@ -39,26 +45,21 @@ use crate::config::Settings;
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
-    if settings.database_url.starts_with("sqlite:") {
-        std::fs::create_dir_all(&settings.data_dir).with_context(|| {
-            format!(
-                "creating the data directory {}",
-                settings.data_dir.display()
-            )
-        })?;
-    }
+    // Private before anything is written: the database and the master key live here.
+    data_dir::prepare(&settings.data_dir)?;
+    let keyring = keyring::Keyring::load_or_create(&settings.master_key_file)?;
     let store = db::Store::connect(&settings.database_url).await?;
     tracing::info!(database = %db::redact_url(&settings.database_url), "database ready");
+    let check = store
+        .setting_or_insert("master_key_check", &keyring.check_value())
+        .await?;
+    keyring.verify_check(&check)?;
 
     let keys = Arc::new(auth::ApiKeys::new(store.clone()));
     if let Some(key) = keys.bootstrap(settings.admin_key.as_deref()).await? {
         // Printed once, on stdout, outside the logs: it is not stored anywhere in clear.
         println!("admin API key (shown once, store it now): {key}");
     }
-    let signing_key = store
-        .setting_or_insert("token_signing_key", &secret::new_secret(""))
-        .await?;
-    let signer = tokens::TokenSigner::new(signing_key.as_bytes());
     let instance = match &settings.instance {
         Some(instance) => instance.clone(),
         None => {
@@ -68,7 +69,13 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         }
     };
 
-    let backend = DockerBackend::connect(&settings.network, &instance).await?;
+    let backend = DockerBackend::connect(
+        &settings.network,
+        &instance,
+        settings.egress,
+        settings.egress_allow.clone(),
+    )
+    .await?;
     backend.prepare().await?;
     let backend: Arc<dyn Backend> = Arc::new(backend);
 
@@ -88,12 +95,14 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         backend,
         settings.clone(),
         metrics.clone(),
-        signer,
+        keyring,
+        instance.clone(),
     );
     sandboxes.reconcile().await?;
 
     tokio::spawn(sandboxes.clone().reap_forever());
     tokio::spawn(sandboxes.clone().heartbeat_forever());
+    tokio::spawn(sandboxes.clone().sweep_sessions_forever());
     tokio::spawn(sandboxes::pool::Pool::refill_forever(sandboxes.clone()));
 
     let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone());

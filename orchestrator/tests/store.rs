@@ -22,7 +22,8 @@ fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
         pooled,
         container_id: None,
         address: None,
-        api_key: format!("sbk_{id}"),
+        instance: Some("inst-a".into()),
+        legacy_key: None,
         resolution: Some("1280x800".into()),
         env: BTreeMap::from([("A".into(), "1".into())]),
         metadata: BTreeMap::from([
@@ -74,6 +75,16 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     assert!(store.revoke_key("key-1", 9).await?);
     assert!(!store.revoke_key("key-1", 10).await?, "already revoked");
     assert_eq!(store.list_keys().await?[0].revoked_at, Some(9));
+    assert_eq!(
+        store.key("key-1").await?.context("key-1")?.revoked_at,
+        Some(9)
+    );
+    assert_eq!(store.key("nope").await?, None);
+    assert_eq!(
+        store.keys_revoked_since(9).await?,
+        vec!["key-1".to_string()]
+    );
+    assert!(store.keys_revoked_since(10).await?.is_empty());
 
     // Sandboxes.
     let mine = sandbox("sbx-a", Some("key-1"), false);
@@ -103,15 +114,62 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     let filter = SandboxFilter {
         owner_key_id: Some("key-1".into()),
         status: Some(SandboxStatus::Ready),
-        include_pooled: false,
+        ..Default::default()
     };
     assert_eq!(store.list_sandboxes(&filter).await?.len(), 1);
     let filter = SandboxFilter {
         owner_key_id: Some("key-2".into()),
         status: Some(SandboxStatus::Ready),
-        include_pooled: false,
+        ..Default::default()
     };
     assert_eq!(store.list_sandboxes(&filter).await?.len(), 0);
+    // Instances: each sees its own rows; rows without one go to the first instance that asks.
+    let mine = |instance: &str| SandboxFilter {
+        include_pooled: true,
+        instance: Some(instance.into()),
+        ..Default::default()
+    };
+    assert_eq!(store.list_sandboxes(&mine("inst-a")).await?.len(), 3);
+    assert_eq!(store.list_sandboxes(&mine("inst-b")).await?.len(), 0);
+    let mut orphan = sandbox("sbx-o", Some("key-1"), false);
+    orphan.instance = None;
+    store.insert_sandbox(&orphan).await?;
+    assert_eq!(store.adopt_unassigned("inst-b").await?, 1);
+    assert_eq!(store.adopt_unassigned("inst-c").await?, 0);
+    assert_eq!(store.list_sandboxes(&mine("inst-b")).await?.len(), 1);
+    // Live sandboxes per key (creating or ready, not pool members).
+    assert_eq!(store.count_live_sandboxes("key-1").await?, 2);
+    store.delete_sandbox("sbx-o").await?;
+    // Health moves only between ready and degraded.
+    assert!(
+        store
+            .set_health("sbx-a", false, Some("not ready: chromium"))
+            .await?
+    );
+    assert!(!store.set_health("sbx-a", false, Some("again")).await?);
+    let degraded = store.sandbox("sbx-a").await?.context("a")?;
+    assert_eq!(degraded.status, SandboxStatus::Degraded);
+    assert_eq!(degraded.error.as_deref(), Some("not ready: chromium"));
+    assert!(store.set_health("sbx-a", true, None).await?);
+    assert_eq!(
+        store.sandbox("sbx-a").await?.context("a")?.status,
+        SandboxStatus::Ready
+    );
+    // No sandbox key is stored, except a legacy one written by an older version.
+    assert_eq!(store.sandbox("sbx-a").await?.context("a")?.legacy_key, None);
+    let mut legacy = sandbox("sbx-l", None, false);
+    legacy.legacy_key = Some("sbk_old".into());
+    store.insert_sandbox(&legacy).await?;
+    assert_eq!(
+        store
+            .sandbox("sbx-l")
+            .await?
+            .context("l")?
+            .legacy_key
+            .as_deref(),
+        Some("sbk_old")
+    );
+    store.delete_sandbox("sbx-l").await?;
 
     // Touch only moves forward.
     store.touch("sbx-a", 5_000).await?;
@@ -148,6 +206,7 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
             .insert_token(&TokenRecord {
                 id: id.into(),
                 sandbox_id: sandbox_id.into(),
+                issuer_key_id: Some("key-1".into()),
                 scope: "view".into(),
                 created_at: 1,
                 expires_at: 100,
@@ -169,6 +228,15 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     assert_eq!(
         store.token("tok-3").await?.context("tok-3")?.revoked_at,
         None
+    );
+    assert_eq!(
+        store
+            .token("tok-3")
+            .await?
+            .context("tok-3")?
+            .issuer_key_id
+            .as_deref(),
+        Some("key-1")
     );
 
     // Status changes and deletion (with the sandbox's tokens).

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 /// Environment variables that hold secrets: read, then removed from the process environment so
 /// that no supervised program or shell command inherits them.
-const SECRET_VARS: &[&str] = &["SANDBOX_API_KEY", "SANDBOX_API_KEY_FILE"];
+const SECRET_VARS: &[&str] = &["SANDBOX_API_KEY", "SANDBOX_API_KEY_FILE", "SANDBOX_AUTH"];
 
 /// A setting that could not be used; names the variable.
 #[derive(Debug, thiserror::Error)]
@@ -27,9 +27,10 @@ pub enum LogFormat {
 pub struct Settings {
     /// Where the HTTP API listens (`SANDBOXD_LISTEN`, default `0.0.0.0:8080`).
     pub listen: SocketAddr,
-    /// When set, every route but `/healthz` needs it (`SANDBOX_API_KEY`, or the first line of the
-    /// file named by `SANDBOX_API_KEY_FILE`, which is deleted once read so that no process in
-    /// the sandbox can find it later).
+    /// Every route but `/healthz` needs it (`SANDBOX_API_KEY`, or the first line of the file
+    /// named by `SANDBOX_API_KEY_FILE`, which is deleted once read so that no process in the
+    /// sandbox can find it later). A missing or empty key is a start-up error; `None` only with
+    /// the explicit opt-out `SANDBOX_AUTH=none`.
     pub api_key: Option<String>,
     /// Shut down after this long without an API request (`SANDBOXD_IDLE_EXIT_SECS`).
     pub idle_exit: Option<Duration>,
@@ -54,9 +55,12 @@ pub struct Settings {
     pub sandbox_id: Option<String>,
     /// The X display the desktop API drives (`DISPLAY`, default `:1`).
     pub display: String,
-    /// Browser origins allowed to call `/mcp` (`SANDBOXD_MCP_ALLOWED_ORIGINS`, comma-separated,
-    /// e.g. `https://app.example.com:443`); by default any request with an `Origin` is refused.
-    pub mcp_allowed_origins: Vec<String>,
+    /// Browser origins allowed to call `/mcp` and to open WebSockets
+    /// (`SANDBOXD_ALLOWED_ORIGINS`, or its older name `SANDBOXD_MCP_ALLOWED_ORIGINS`;
+    /// comma-separated, e.g. `https://app.example.com:443`). By default a request with an
+    /// `Origin` is refused unless the origin is sandboxd's own (the `Host` it was reached at),
+    /// so that no other web page can drive the sandbox from a user's browser.
+    pub allowed_origins: Vec<String>,
     /// The directories the file API may touch (`SANDBOXD_FILE_ROOTS`, absolute paths separated
     /// by `:`; default `$HOME:/tmp`).
     pub file_roots: Vec<PathBuf>,
@@ -68,6 +72,40 @@ pub struct Settings {
     pub max_upload_bytes: u64,
     /// The browser API's settings.
     pub browser: BrowserSettings,
+    /// The remote desktop (noVNC and the VNC server behind it).
+    pub vnc: VncSettings,
+}
+
+/// Settings of the remote desktop sandboxd fronts on its own port (`/vnc/`, `/websockify`).
+#[derive(Debug, Clone)]
+pub struct VncSettings {
+    /// The VNC server (x11vnc), listening on loopback only (`SANDBOXD_VNC_ADDR`, default
+    /// `127.0.0.1:5900`).
+    pub addr: SocketAddr,
+    /// The supervised program that serves it, started on the first viewer
+    /// (`SANDBOXD_VNC_PROGRAM`, default `x11vnc`).
+    pub program: String,
+    /// Where sandboxd writes the VNC server's passwords (one full-access, one view-only), fresh
+    /// at every start (`SANDBOXD_VNC_PASSWORD_FILE`, default `/run/agentbox/vnc-passwords`).
+    pub password_file: PathBuf,
+    /// noVNC's static files (`SANDBOXD_NOVNC_DIR`, default `/usr/share/novnc`).
+    pub novnc_dir: PathBuf,
+}
+
+impl VncSettings {
+    fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
+        Ok(Self {
+            addr: parse_or(get, "SANDBOXD_VNC_ADDR", "127.0.0.1:5900".parse().ok())?
+                .expect("default VNC address is a valid literal"),
+            program: get("SANDBOXD_VNC_PROGRAM").unwrap_or_else(|| "x11vnc".into()),
+            password_file: get("SANDBOXD_VNC_PASSWORD_FILE")
+                .unwrap_or_else(|| "/run/agentbox/vnc-passwords".into())
+                .into(),
+            novnc_dir: get("SANDBOXD_NOVNC_DIR")
+                .unwrap_or_else(|| "/usr/share/novnc".into())
+                .into(),
+        })
+    }
 }
 
 /// Settings of the browser API (`/v1/browser/...`).
@@ -225,6 +263,31 @@ impl Settings {
             Some(path) => Some(read_key_file(&path)?),
             None => get("SANDBOX_API_KEY"),
         };
+        let api_key = match (api_key, get("SANDBOX_AUTH").as_deref()) {
+            (Some(_), Some("none")) => {
+                return Err(SettingsError {
+                    name: "SANDBOX_AUTH",
+                    message: "is `none` but an API key is set too; choose one".into(),
+                });
+            }
+            (key @ Some(_), None | Some("key")) => key,
+            (None, Some("none")) => None,
+            (None, None | Some("key")) => {
+                return Err(SettingsError {
+                    name: "SANDBOX_API_KEY",
+                    message: "is missing or empty: every port of the sandbox needs a credential. \
+                              Set SANDBOX_API_KEY (or SANDBOX_API_KEY_FILE), or SANDBOX_AUTH=none \
+                              to run without authentication"
+                        .into(),
+                });
+            }
+            (_, Some(other)) => {
+                return Err(SettingsError {
+                    name: "SANDBOX_AUTH",
+                    message: format!("must be `key` (the default) or `none`, got {other:?}"),
+                });
+            }
+        };
         Ok(Self {
             listen,
             api_key,
@@ -244,7 +307,8 @@ impl Settings {
             screen,
             sandbox_id: get("SANDBOX_ID"),
             display: get("DISPLAY").unwrap_or_else(|| ":1".into()),
-            mcp_allowed_origins: get("SANDBOXD_MCP_ALLOWED_ORIGINS")
+            allowed_origins: get("SANDBOXD_ALLOWED_ORIGINS")
+                .or_else(|| get("SANDBOXD_MCP_ALLOWED_ORIGINS"))
                 .map(|v| {
                     v.split(',')
                         .map(str::trim)
@@ -262,6 +326,7 @@ impl Settings {
                 DEFAULT_MAX_UPLOAD_BYTES,
             )?,
             browser: BrowserSettings::from_lookup(&get)?,
+            vnc: VncSettings::from_lookup(&get)?,
         })
     }
 }
@@ -374,11 +439,18 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// Settings from `vars`, with a key unless the test names the key or the auth mode.
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
-        let map: HashMap<String, String> = vars
+        let mut map: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+        if !["SANDBOX_API_KEY", "SANDBOX_API_KEY_FILE", "SANDBOX_AUTH"]
+            .iter()
+            .any(|name| map.contains_key(*name))
+        {
+            map.insert("SANDBOX_API_KEY".into(), "test-key".into());
+        }
         Settings::from_lookup(|name| map.get(name).cloned())
     }
 
@@ -386,7 +458,7 @@ mod tests {
     fn defaults() {
         let s = settings(&[("HOME", "/home/agent")]).unwrap();
         assert_eq!(s.listen.to_string(), "0.0.0.0:8080");
-        assert_eq!(s.api_key, None);
+        assert_eq!(s.api_key.as_deref(), Some("test-key"));
         assert_eq!(s.idle_exit, None);
         assert_eq!(s.workspace, PathBuf::from("/home/agent/workspace"));
         assert_eq!(
@@ -526,8 +598,22 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_key_means_no_key() {
-        assert_eq!(settings(&[("SANDBOX_API_KEY", "")]).unwrap().api_key, None);
+    fn a_missing_or_empty_key_is_an_error_unless_auth_is_explicitly_off() {
+        for vars in [
+            vec![("SANDBOX_API_KEY", "")],
+            vec![("SANDBOX_API_KEY", "  ")],
+        ] {
+            let err = settings(&vars).unwrap_err();
+            assert_eq!(err.name, "SANDBOX_API_KEY", "{err}");
+            assert!(err.to_string().contains("SANDBOX_AUTH=none"), "{err}");
+        }
+        let err = settings(&[("SANDBOX_AUTH", "key")]).unwrap_err();
+        assert_eq!(err.name, "SANDBOX_API_KEY");
+        assert_eq!(settings(&[("SANDBOX_AUTH", "none")]).unwrap().api_key, None);
+        let err = settings(&[("SANDBOX_AUTH", "none"), ("SANDBOX_API_KEY", "k")]).unwrap_err();
+        assert_eq!(err.name, "SANDBOX_AUTH");
+        let err = settings(&[("SANDBOX_AUTH", "off")]).unwrap_err();
+        assert_eq!(err.name, "SANDBOX_AUTH");
         let s = settings(&[("SANDBOX_API_KEY", "k"), ("SANDBOXD_IDLE_EXIT_SECS", "30")]).unwrap();
         assert_eq!(s.api_key.as_deref(), Some("k"));
         assert_eq!(s.idle_exit, Some(Duration::from_secs(30)));

@@ -14,6 +14,8 @@
 //! - [`files`]: the file operations behind `/v1/file/*`, confined to the allowed roots.
 //! - [`browser`]: the browser capability (Chromium over CDP) behind `/v1/browser/...`.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
+//! - [`vnc`]: the VNC server's passwords and the RFB handshakes behind `/vnc/websockify`.
+//! - [`tickets`]: single-use tickets and viewer sessions for browsers.
 //! - [`logging`]: tracing setup.
 
 pub mod activity;
@@ -26,6 +28,8 @@ pub mod logging;
 pub mod pid1;
 pub mod shell;
 pub mod system_info;
+pub mod tickets;
+pub mod vnc;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,15 +73,29 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         idle_exit_secs = settings.idle_exit.map(|d| d.as_secs()),
         "sandboxd starting"
     );
-    let programs = load_programs(&settings)?;
-    let supervisor = Arc::new(Supervisor::start(programs).context("starting the supervisor")?);
+    if settings.api_key.is_none() {
+        tracing::warn!(
+            "SANDBOX_AUTH=none: the API, the browser (CDP) and the desktop (VNC) answer anyone \
+             who can reach port {} without a credential",
+            settings.listen.port()
+        );
+    }
+    // The port is ours before any program runs, so nothing started in the sandbox can take it.
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
         .with_context(|| format!("binding the API to {}", settings.listen))?;
+    // The VNC server reads its passwords when it starts: write them before any program starts.
+    let vnc_passwords = vnc::VncPasswords::generate();
+    if let Err(error) = vnc_passwords.write(&settings.vnc.password_file) {
+        tracing::warn!(path = %settings.vnc.password_file.display(), %error, "cannot write the VNC passwords; the remote desktop will not start");
+    }
+    let programs = load_programs(&settings)?;
+    let supervisor = Arc::new(Supervisor::start(programs).context("starting the supervisor")?);
 
     let activity = Activity::new();
     let settings = Arc::new(settings);
-    let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone());
+    let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone())
+        .with_vnc_passwords(vnc_passwords);
     let shell = state.shell.clone();
     let app = api::router(state);
     // Building the router generated the OpenAPI descriptions of every route, then dropped

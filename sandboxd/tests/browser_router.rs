@@ -18,6 +18,7 @@ use tower::ServiceExt;
 fn app() -> axum::Router {
     let settings = Settings::from_lookup(|name| match name {
         "SANDBOXD_BROWSER_CDP_ADDR" => Some("127.0.0.1:1".into()),
+        "SANDBOX_AUTH" => Some("none".into()),
         _ => None,
     })
     .unwrap();

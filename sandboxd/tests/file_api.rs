@@ -51,7 +51,9 @@ impl Fixture {
             root.path().join("secret-link"),
         )
         .unwrap();
-        let mut settings = Settings::from_lookup(|_| None).unwrap();
+        let mut settings =
+            Settings::from_lookup(|name| (name == "SANDBOX_AUTH").then(|| "none".to_string()))
+                .unwrap();
         settings.file_roots = vec![root.path().to_path_buf()];
         settings.workspace = root.path().join("workspace");
         settings.max_read_bytes = limits.read;

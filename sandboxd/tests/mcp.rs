@@ -23,7 +23,9 @@ struct Fixture {
 impl Fixture {
     fn new() -> Self {
         let root = tempfile::tempdir().unwrap();
-        let mut settings = Settings::from_lookup(|_| None).unwrap();
+        let mut settings =
+            Settings::from_lookup(|name| (name == "SANDBOX_AUTH").then(|| "none".to_string()))
+                .unwrap();
         settings.file_roots = vec![root.path().to_path_buf()];
         settings.workspace = root.path().to_path_buf();
         settings.max_write_bytes = 4096;

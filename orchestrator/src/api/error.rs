@@ -105,6 +105,12 @@ impl From<SandboxError> for ApiError {
                 "backend_unavailable",
                 error.to_string(),
             ),
+            SandboxError::Quota { .. } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                error.to_string(),
+            ),
+            SandboxError::Task(message) => ApiError::internal(message),
             SandboxError::Store(error) => ApiError::internal(error),
         }
     }

@@ -94,6 +94,8 @@ pub async fn revoke(
         ));
     }
     if state.keys.revoke(&id).await? {
+        // Its open sessions, and those of the tokens it issued, end now.
+        state.sandboxes.sessions().end_key(&id);
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found(format!("no active API key {id}")))

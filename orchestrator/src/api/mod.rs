@@ -9,6 +9,7 @@
 //!
 //! **Invariant:** only this module knows status codes and JSON shapes.
 
+pub mod assets;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -48,6 +49,8 @@ pub struct AppState {
     pub proxy: HttpProxy,
     /// Base URL clients use (no trailing slash).
     pub public_url: Arc<String>,
+    /// Browser origins besides this server's own that may open its WebSockets.
+    pub allowed_origins: Arc<Vec<String>>,
     request_ids: Arc<AtomicU64>,
 }
 
@@ -64,6 +67,7 @@ impl AppState {
             metrics,
             proxy: HttpProxy::new(),
             public_url: Arc::new(public_url),
+            allowed_origins: Arc::new(Vec::new()),
             request_ids: Arc::new(AtomicU64::new(1)),
         }
     }
@@ -111,6 +115,7 @@ pub fn router(state: AppState) -> Router {
     public
         .merge(keyed)
         .merge(proxy::token_routes())
+        .merge(assets::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

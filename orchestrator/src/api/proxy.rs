@@ -1,22 +1,30 @@
-//! A sandbox's services through the orchestrator:
+//! A sandbox's services through the orchestrator. Everything goes to **sandboxd's port only**,
+//! with the sandbox's own key; a container that took over a freed address does not have that
+//! key, so its sandboxd refuses the orchestrator (and the proxy reports the sandbox gone).
 //!
 //! - `ANY /v1/sandboxes/{id}/api/{path}`: sandboxd's API (HTTP with streaming bodies, and
-//!   WebSocket), with the caller's API key swapped for the sandbox's own key;
-//! - `GET /v1/sandboxes/{id}/vnc/{path}`: the noVNC client and its WebSocket (`websockify`),
-//!   with a viewer token from the `token` query parameter or the `agentbox_vnc` cookie (set when
-//!   a page is loaded with the parameter). A `view` token's input never reaches the desktop;
-//! - `GET /v1/sandboxes/{id}/cdp` (WebSocket: the browser target) and
-//!   `/v1/sandboxes/{id}/cdp/{json/version, json/list, devtools/...}`, so Playwright's
-//!   `connect_over_cdp` works through the orchestrator; API key or `control` token.
+//!   WebSockets), with the caller's API key swapped for the sandbox's. Every answer is
+//!   sandbox-originated content: it carries `Content-Security-Policy: sandbox` and `nosniff`
+//!   (downloads also `Content-Disposition: attachment`), so nothing an agent wrote runs as
+//!   script on this origin.
+//! - `GET /v1/sandboxes/{id}/cdp` (WebSocket: the browser target, or `json/version`) and
+//!   `/v1/sandboxes/{id}/cdp/{json/..., devtools/...}`: Chromium's DevTools protocol through
+//!   sandboxd's `/cdp`, for the owner's API key or a `control` token.
+//! - `GET /v1/sandboxes/{id}/vnc/?token=...`: trades a viewer token for an HttpOnly,
+//!   SameSite=Strict cookie scoped to this sandbox's `/vnc` path and redirects to the viewer
+//!   page, which is the orchestrator's own (embedded, see [`super::assets`]), never a page from
+//!   the sandbox. `/vnc/session` tells the page its scope; `/vnc/websockify` is the RFB
+//!   WebSocket, relayed through [`RfbFilter`] to sandboxd's `/vnc/websockify` (view tokens ask
+//!   sandboxd for a view-only session too, so x11vnc itself refuses their input).
 //!
-//! Every proxied request and every open session counts as activity for the idle reaper.
-
-use std::time::Duration;
+//! Every WebSocket session is registered with its authority ([`crate::sessions`]) and ends when
+//! the key or token behind it is revoked or expires, or when the sandbox stops being ready.
+//! Every proxied request and open session counts as activity for the idle reaper.
 
 use axum::Extension;
 use axum::body::Body;
-use axum::extract::{FromRequestParts, Path, Request, State, WebSocketUpgrade};
-use axum::http::header::{self, HeaderMap, HeaderValue};
+use axum::extract::{Path, Request, State};
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
@@ -25,15 +33,22 @@ use futures_util::StreamExt;
 use super::error::ApiError;
 use super::{AppState, bearer};
 use crate::auth::Caller;
-use crate::backend::{CDP_PORT, NOVNC_PORT, SANDBOXD_PORT};
+use crate::backend::SANDBOXD_PORT;
 use crate::db::SandboxRecord;
-use crate::proxy::rfb::RfbClientFilter;
-use crate::proxy::ws;
+use crate::proxy::rfb::{InputGate, RfbFilter};
 use crate::sandboxes::AccessError;
+use crate::sessions::Authority;
 use crate::tokens::{Claims, Scope};
+use agentbox_http::ws::RelayFilter;
 
 /// The cookie carrying a viewer token (scoped to one sandbox's `/vnc` path).
 pub const VNC_COOKIE: &str = "agentbox_vnc";
+/// The largest WebSocket message relayed (CDP screenshots of tall pages are large).
+const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+/// The largest VNC message from a viewer.
+const MAX_VNC_MESSAGE: usize = 4 * 1024 * 1024;
+/// What every answer carrying sandbox-originated content gets: no script, no sniffing.
+const SANDBOXED_CSP: &str = "sandbox";
 
 /// Routes behind the API key.
 pub fn api_routes() -> axum::Router<AppState> {
@@ -45,16 +60,16 @@ pub fn api_routes() -> axum::Router<AppState> {
 /// Routes that check a token (or, for CDP, a key) themselves.
 pub fn token_routes() -> axum::Router<AppState> {
     axum::Router::new()
-        .route("/v1/sandboxes/{id}/vnc/{*path}", get(vnc))
+        .route("/v1/sandboxes/{id}/vnc", get(vnc_page))
+        .route("/v1/sandboxes/{id}/vnc/", get(vnc_page))
+        .route("/v1/sandboxes/{id}/vnc/session", get(vnc_session))
+        .route("/v1/sandboxes/{id}/vnc/websockify", get(vnc_socket))
         .route("/v1/sandboxes/{id}/cdp", get(cdp_root))
-        .route("/v1/sandboxes/{id}/cdp/{*path}", get(cdp_path))
+        .route("/v1/sandboxes/{id}/cdp/{*path}", any(cdp_path))
 }
 
-fn is_websocket(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+fn bad_gateway(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", message)
 }
 
 /// The part of the request path after `/v1/sandboxes/{id}/{service}`, raw, plus the query.
@@ -77,6 +92,60 @@ fn address(record: &SandboxRecord) -> Result<&str, ApiError> {
         )
     })
 }
+
+/// sandboxd refused the sandbox's own key: whatever answers at the address is not that sandbox
+/// any more. Check it now rather than at the next heartbeat.
+fn not_the_sandbox(state: &AppState, record: &SandboxRecord) -> ApiError {
+    let sandboxes = state.sandboxes.clone();
+    let id = record.id.clone();
+    tokio::spawn(async move { sandboxes.check_now(&id).await });
+    tracing::warn!(sandbox_id = %record.id, "the sandbox's address refused its key; checking it");
+    bad_gateway("the sandbox no longer answers at its address (it is being checked)")
+}
+
+/// Opens a WebSocket to sandboxd and relays the client's socket to it, as one session resting
+/// on `authority`; `filter` sees the bytes both ways.
+async fn relay_websocket(
+    state: &AppState,
+    record: &SandboxRecord,
+    request: Request,
+    upstream_path: &str,
+    authority: Authority,
+    filter: Option<Box<dyn RelayFilter>>,
+    max_message: usize,
+) -> Result<Response, ApiError> {
+    let protocols = agentbox_http::ws::requested_protocols(request.headers());
+    let (mut parts, _) = request.into_parts();
+    let upgrade = agentbox_http::ws::accept(&mut parts, protocols.as_deref(), max_message)
+        .await
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let url = format!("ws://{}:{SANDBOXD_PORT}{upstream_path}", address(record)?);
+    let key = format!("Bearer {}", state.sandboxes.sandbox_key(record));
+    let mut headers = vec![("authorization", key.as_str())];
+    if let Some(protocols) = protocols.as_deref() {
+        headers.push(("sec-websocket-protocol", protocols));
+    }
+    let upstream = match agentbox_http::ws::connect(&url, &headers, max_message).await {
+        Ok(upstream) => upstream,
+        Err(error) if error.to_string().contains("401") => {
+            return Err(not_the_sandbox(state, record));
+        }
+        Err(error) => return Err(bad_gateway(error.to_string())),
+    };
+    let activity = state.sandboxes.activity().clone();
+    let metrics = state.metrics.clone();
+    let mut session = state.sandboxes.sessions().open(authority.clone());
+    let id = record.id.clone();
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        let _hold = activity.hold(&id);
+        let _gauge = metrics.session(authority.kind);
+        tracing::info!(sandbox_id = %id, kind = authority.kind, token_id = ?authority.token_id, "session opened");
+        let end = agentbox_http::ws::relay(socket, upstream, filter, session.ended()).await;
+        tracing::info!(sandbox_id = %id, kind = authority.kind, ?end, "session closed");
+    }))
+}
+
+// ---- the sandbox API ----
 
 async fn api_root(
     state: State<AppState>,
@@ -103,51 +172,42 @@ async fn api(
     request: Request,
 ) -> Result<Response, ApiError> {
     let record = state.sandboxes.get_ready(&id, caller.owner()).await?;
-    let address = address(&record)?.to_string();
     let path = upstream_path(&request, &id, "api");
-    let activity = state.sandboxes.activity().clone();
-    if is_websocket(request.headers()) {
-        let protocol = request
-            .headers()
-            .get(header::SEC_WEBSOCKET_PROTOCOL)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let upstream = ws::connect(
-            &format!("ws://{address}:{SANDBOXD_PORT}{path}"),
-            Some(&record.api_key),
-            protocol.as_deref(),
-        )
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
-        let (mut parts, _) = request.into_parts();
-        let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &state)
-            .await
-            .map_err(|e| ApiError::bad_request(e.body_text()))?;
-        let upgrade = match protocol {
-            Some(p) => upgrade.protocols(
-                p.split(',')
-                    .map(|s| s.trim().to_string())
-                    .collect::<Vec<_>>(),
-            ),
-            None => upgrade,
+    if agentbox_http::ws::is_upgrade(request.headers()) {
+        let authority = Authority {
+            sandbox_id: id.clone(),
+            key_id: Some(caller.key_id.clone()),
+            token_id: None,
+            expires_at: None,
+            kind: "api",
         };
-        let metrics = state.metrics.clone();
-        return Ok(upgrade.on_upgrade(move |socket| async move {
-            let _hold = activity.hold(&id);
-            let _gauge = metrics.session("api");
-            let end = ws::relay(socket, upstream, None, std::future::pending()).await;
-            tracing::info!(sandbox_id = %id, ?end, "API WebSocket closed");
-        }));
+        return relay_websocket(
+            &state,
+            &record,
+            request,
+            &path,
+            authority,
+            None,
+            MAX_MESSAGE,
+        )
+        .await;
     }
+    let is_download = path.starts_with("/v1/file/download");
+    let activity = state.sandboxes.activity().clone();
     let hold = activity.hold(&id);
-    let upstream = format!("http://{address}:{SANDBOXD_PORT}{path}");
+    let upstream = format!("http://{}:{SANDBOXD_PORT}{path}", address(&record)?);
+    let key = state.sandboxes.sandbox_key(&record);
     let response = state
         .proxy
-        .forward(request, &upstream, Some(&record.api_key))
+        .forward(request, &upstream, Some(&key))
         .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
+        .map_err(|e| bad_gateway(e.to_string()))?;
+    if response.status() == StatusCode::UNAUTHORIZED {
+        return Err(not_the_sandbox(&state, &record));
+    }
     // Keep the sandbox active until the body has been sent (long downloads, event streams).
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    sandboxed(&mut parts.headers, is_download);
     let body = Body::from_stream(body.into_data_stream().map(move |chunk| {
         let _ = &hold;
         chunk
@@ -155,7 +215,40 @@ async fn api(
     Ok(Response::from_parts(parts, body))
 }
 
-// ---- tokens ----
+/// Marks an answer as sandbox-originated content: never script on this origin, never sniffed,
+/// and for downloads never displayed inline.
+fn sandboxed(headers: &mut HeaderMap, is_download: bool) {
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(SANDBOXED_CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        HeaderName::from_static("cross-origin-resource-policy"),
+        HeaderValue::from_static("same-origin"),
+    );
+    if is_download {
+        let attachment = headers
+            .get(header::CONTENT_DISPOSITION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("attachment")
+            });
+        if !attachment {
+            headers.insert(
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_static("attachment"),
+            );
+        }
+    }
+}
+
+// ---- viewer tokens ----
 
 /// The viewer token of a request: `?token=` first, then the cookie. Returns (token, from query).
 fn presented_token(request_headers: &HeaderMap, query: Option<&str>) -> Option<(String, bool)> {
@@ -184,118 +277,137 @@ fn access_error(error: AccessError) -> ApiError {
     }
 }
 
-/// Checks a token for sandbox `id`.
-async fn check_token(state: &AppState, token: &str, id: &str) -> Result<Claims, ApiError> {
-    state
+/// Checks a token for sandbox `id`; returns its claims and the key that issued it.
+async fn check_token(
+    state: &AppState,
+    token: &str,
+    id: &str,
+) -> Result<(Claims, Option<String>), ApiError> {
+    let (claims, record) = state
         .sandboxes
         .verify_token(token, id)
         .await?
-        .map_err(access_error)
+        .map_err(access_error)?;
+    Ok((claims, record.issuer_key_id))
 }
 
-/// Resolves when the token stops being valid or the sandbox goes away.
-async fn until_invalid(state: AppState, claims: Claims) -> String {
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if !state.sandboxes.token_still_valid(&claims).await {
-            return "token revoked or expired".into();
-        }
-        if state.sandboxes.get_ready(&claims.sid, None).await.is_err() {
-            return "sandbox gone".into();
-        }
+fn token_authority(
+    id: &str,
+    claims: &Claims,
+    issuer: Option<String>,
+    kind: &'static str,
+) -> Authority {
+    Authority {
+        sandbox_id: id.to_string(),
+        key_id: issuer,
+        token_id: Some(claims.tid.clone()),
+        expires_at: Some(claims.exp),
+        kind,
     }
+}
+
+/// The token for a `/vnc` request, or 401 saying how to get one.
+async fn vnc_token(
+    state: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<(String, bool, Claims, Option<String>), ApiError> {
+    let Some((token, from_query)) = presented_token(headers, query) else {
+        return Err(ApiError::unauthorized(
+            "a viewer token is required: open the viewer_url from POST /v1/sandboxes/{id}/tokens",
+        ));
+    };
+    let (claims, issuer) = check_token(state, &token, id).await?;
+    Ok((token, from_query, claims, issuer))
 }
 
 // ---- VNC ----
 
-async fn vnc(
+/// `GET /v1/sandboxes/{id}/vnc/`: with `?token=`, sets the viewer cookie and redirects to the
+/// same page without the token; with the cookie, the orchestrator's own viewer page.
+async fn vnc_page(
     State(state): State<AppState>,
-    Path((id, path)): Path<(String, String)>,
+    Path(id): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let Some((token, from_query)) = presented_token(request.headers(), request.uri().query())
-    else {
-        return Err(ApiError::unauthorized(
-            "a viewer token is required (query parameter `token` or the agentbox_vnc cookie)",
-        ));
-    };
-    let claims = check_token(&state, &token, &id).await?;
-    let record = state.sandboxes.get_ready(&id, None).await?;
-    let address = address(&record)?.to_string();
-    if is_websocket(request.headers()) {
-        let protocol = request
-            .headers()
-            .get(header::SEC_WEBSOCKET_PROTOCOL)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let upstream = ws::connect(
-            &format!("ws://{address}:{NOVNC_PORT}/websockify"),
-            None,
-            protocol.as_deref(),
-        )
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
-        let (mut parts, _) = request.into_parts();
-        let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &state)
-            .await
-            .map_err(|e| ApiError::bad_request(e.body_text()))?;
-        let upgrade = match protocol {
-            Some(p) => upgrade.protocols(
-                p.split(',')
-                    .map(|s| s.trim().to_string())
-                    .collect::<Vec<_>>(),
-            ),
-            None => upgrade,
-        };
-        let filter = match claims.scope {
-            Scope::View => RfbClientFilter::view(),
-            Scope::Control => RfbClientFilter::control(),
-        };
-        let activity = state.sandboxes.activity().clone();
-        let metrics = state.metrics.clone();
-        return Ok(upgrade.on_upgrade(move |socket| async move {
-            let _hold = activity.hold(&id);
-            let _gauge = metrics.session("vnc");
-            tracing::info!(sandbox_id = %id, token_id = %claims.tid, scope = claims.scope.as_str(), "VNC viewer attached");
-            let end = ws::relay(socket, upstream, Some(filter), until_invalid(state.clone(), claims)).await;
-            tracing::info!(sandbox_id = %id, ?end, "VNC viewer detached");
-        }));
-    }
-    if request.method() != Method::GET && request.method() != Method::HEAD {
-        return Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "GET only",
-        ));
-    }
-    state.sandboxes.activity().touch(&id);
-    let upstream = format!(
-        "http://{address}:{NOVNC_PORT}/{}",
-        path.trim_start_matches('/')
-    );
-    let (parts, _) = request.into_parts();
-    let mut forwarded = Request::from_parts(parts, Body::empty());
-    *forwarded.uri_mut() = upstream
-        .parse()
-        .map_err(|_| ApiError::bad_request("bad path"))?;
-    let mut response = state
-        .proxy
-        .forward(forwarded, &upstream, None)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
+    let query = request.uri().query().map(str::to_owned);
+    let (token, from_query, claims, _) =
+        vnc_token(&state, &id, request.headers(), query.as_deref()).await?;
+    state.sandboxes.get_ready(&id, None).await?;
     if from_query {
         let max_age = ((claims.exp - crate::secret::now_ms()) / 1000).max(0);
+        let secure = if state.public_url.starts_with("https://") {
+            "; Secure"
+        } else {
+            ""
+        };
         let cookie = format!(
-            "{VNC_COOKIE}={token}; Path=/v1/sandboxes/{id}/vnc; Max-Age={max_age}; HttpOnly; SameSite=Strict"
+            "{VNC_COOKIE}={token}; Path=/v1/sandboxes/{id}/vnc; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
         );
+        let mut response = (
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, format!("/v1/sandboxes/{id}/vnc/"))],
+        )
+            .into_response();
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().insert(header::SET_COOKIE, value);
         }
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return Ok(response);
     }
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(response)
+    super::assets::page("viewer/index.html")
+}
+
+/// `GET /v1/sandboxes/{id}/vnc/session`: what the viewer cookie allows.
+async fn vnc_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let query = request.uri().query().map(str::to_owned);
+    let (_, _, claims, _) = vnc_token(&state, &id, request.headers(), query.as_deref()).await?;
+    state.sandboxes.get_ready(&id, None).await?;
+    let body = serde_json::json!({
+        "sandbox_id": id,
+        "scope": claims.scope.as_str(),
+        "expires_at": crate::secret::rfc3339(claims.exp),
+    });
+    Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
+}
+
+/// `GET /v1/sandboxes/{id}/vnc/websockify`: the RFB WebSocket.
+async fn vnc_socket(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    agentbox_http::origin::check(request.headers(), &state.allowed_origins)
+        .map_err(|e| ApiError::forbidden(e.to_string()))?;
+    let query = request.uri().query().map(str::to_owned);
+    let (_, _, claims, issuer) =
+        vnc_token(&state, &id, request.headers(), query.as_deref()).await?;
+    let record = state.sandboxes.get_ready(&id, None).await?;
+    let (filter, path) = match claims.scope {
+        Scope::View => (RfbFilter::view(), "/vnc/websockify?view_only=true"),
+        Scope::Control => (
+            RfbFilter::control(InputGate::following(state.sandboxes.control_gate(&id))),
+            "/vnc/websockify",
+        ),
+    };
+    let authority = token_authority(&id, &claims, issuer, "vnc");
+    relay_websocket(
+        &state,
+        &record,
+        request,
+        path,
+        authority,
+        Some(Box::new(filter)),
+        MAX_VNC_MESSAGE,
+    )
+    .await
 }
 
 // ---- CDP ----
@@ -306,25 +418,34 @@ async fn cdp_access(
     id: &str,
     headers: &HeaderMap,
     query: Option<&str>,
-) -> Result<SandboxRecord, ApiError> {
+) -> Result<(SandboxRecord, Authority), ApiError> {
     if let Some(key) = bearer(headers) {
         let caller = state
             .keys
             .authenticate(key)
             .await?
             .ok_or_else(|| ApiError::unauthorized("unknown or revoked API key"))?;
-        return Ok(state.sandboxes.get_ready(id, caller.owner()).await?);
+        let record = state.sandboxes.get_ready(id, caller.owner()).await?;
+        let authority = Authority {
+            sandbox_id: id.to_string(),
+            key_id: Some(caller.key_id),
+            token_id: None,
+            expires_at: None,
+            kind: "cdp",
+        };
+        return Ok((record, authority));
     }
     let Some((token, _)) = presented_token(headers, query) else {
         return Err(ApiError::unauthorized(
             "CDP needs `Authorization: Bearer <api key>` or a control token (`token` parameter)",
         ));
     };
-    let claims = check_token(state, &token, id).await?;
+    let (claims, issuer) = check_token(state, &token, id).await?;
     if claims.scope != Scope::Control {
         return Err(access_error(AccessError::NeedsControl));
     }
-    Ok(state.sandboxes.get_ready(id, None).await?)
+    let record = state.sandboxes.get_ready(id, None).await?;
+    Ok((record, token_authority(id, &claims, issuer, "cdp")))
 }
 
 async fn cdp_root(
@@ -332,26 +453,7 @@ async fn cdp_root(
     Path(id): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let query = request.uri().query().map(str::to_owned);
-    let record = cdp_access(&state, &id, request.headers(), query.as_deref()).await?;
-    let address = address(&record)?.to_string();
-    if !is_websocket(request.headers()) {
-        return cdp_json(&state, &id, &address, "/json/version").await;
-    }
-    // The browser target's WebSocket path comes from /json/version.
-    let version = fetch_json(&state, &address, "/json/version").await?;
-    let target = version["webSocketDebuggerUrl"]
-        .as_str()
-        .and_then(|url| url.split_once("/devtools/"))
-        .map(|(_, rest)| format!("/devtools/{rest}"))
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "bad_gateway",
-                "the browser gave no debugger URL",
-            )
-        })?;
-    cdp_websocket(state, id, address, target, request).await
+    cdp(state, id, "/cdp".to_string(), request).await
 }
 
 async fn cdp_path(
@@ -359,62 +461,72 @@ async fn cdp_path(
     Path((id, path)): Path<(String, String)>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let query = request.uri().query().map(str::to_owned);
-    let record = cdp_access(&state, &id, request.headers(), query.as_deref()).await?;
-    let address = address(&record)?.to_string();
-    let path = format!("/{}", path.trim_start_matches('/'));
-    if path.starts_with("/devtools/") && is_websocket(request.headers()) {
-        return cdp_websocket(state, id, address, path, request).await;
-    }
-    let json = path.trim_end_matches('/');
-    if matches!(
-        json,
-        "/json" | "/json/list" | "/json/version" | "/json/protocol"
-    ) {
-        return cdp_json(&state, &id, &address, json).await;
-    }
-    Err(ApiError::not_found(format!(
-        "no CDP route {path}: use /cdp (WebSocket), /cdp/json/version, /cdp/json/list or /cdp/devtools/..."
-    )))
+    cdp(
+        state,
+        id,
+        format!("/cdp/{}", path.trim_start_matches('/')),
+        request,
+    )
+    .await
 }
 
-async fn fetch_json(
-    state: &AppState,
-    address: &str,
-    path: &str,
-) -> Result<serde_json::Value, ApiError> {
-    let upstream = format!("http://{address}:{CDP_PORT}{path}");
-    let request = Request::builder()
+async fn cdp(
+    state: AppState,
+    id: String,
+    path: String,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let query = request.uri().query().map(str::to_owned);
+    let (record, authority) = cdp_access(&state, &id, request.headers(), query.as_deref()).await?;
+    if agentbox_http::ws::is_upgrade(request.headers()) {
+        agentbox_http::origin::check(request.headers(), &state.allowed_origins)
+            .map_err(|e| ApiError::forbidden(e.to_string()))?;
+        return relay_websocket(
+            &state,
+            &record,
+            request,
+            &path,
+            authority,
+            None,
+            MAX_MESSAGE,
+        )
+        .await;
+    }
+    let method = request.method().clone();
+    if method != Method::GET && method != Method::PUT {
+        return Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "CDP's HTTP endpoints take GET (and PUT for json/new)",
+        ));
+    }
+    state.sandboxes.activity().touch(&id);
+    let address = address(&record)?.to_string();
+    let upstream_path = match &query {
+        Some(q) if path.trim_end_matches('/').ends_with("/json/new") => format!("{path}?{q}"),
+        _ => path.clone(),
+    };
+    let upstream = format!("http://{address}:{SANDBOXD_PORT}{upstream_path}");
+    let forwarded = Request::builder()
+        .method(method)
         .uri(&upstream)
         .body(Body::empty())
         .map_err(ApiError::internal)?;
+    let key = state.sandboxes.sandbox_key(&record);
     let response = state
         .proxy
-        .forward(request, &upstream, None)
+        .forward(forwarded, &upstream, Some(&key))
         .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
+        .map_err(|e| bad_gateway(e.to_string()))?;
+    let status = response.status();
+    if status == StatusCode::UNAUTHORIZED {
+        return Err(not_the_sandbox(&state, &record));
+    }
     let bytes = axum::body::to_bytes(response.into_body(), 8 * 1024 * 1024)
         .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "bad_gateway",
-            format!("the browser answered non-JSON: {e}"),
-        )
-    })
-}
-
-/// A `/json/...` answer with every debugger URL pointing back at the orchestrator.
-async fn cdp_json(
-    state: &AppState,
-    id: &str,
-    address: &str,
-    path: &str,
-) -> Result<Response, ApiError> {
-    state.sandboxes.activity().touch(id);
-    let value = fetch_json(state, address, path).await?;
-    let text = serde_json::to_string(&value).map_err(ApiError::internal)?;
+        .map_err(|e| bad_gateway(e.to_string()))?;
+    // sandboxd pointed the debugger URLs at itself; point them at this server instead.
+    let text = String::from_utf8_lossy(&bytes);
     let public = format!("{}/v1/sandboxes/{id}/cdp/", state.public_url);
     let ws_public = public
         .replacen("https://", "wss://", 1)
@@ -422,37 +534,47 @@ async fn cdp_json(
     let ws_host = ws_public
         .trim_start_matches("ws://")
         .trim_start_matches("wss://");
+    let sandboxd = format!("{address}:{SANDBOXD_PORT}/cdp/");
     let text = text
-        .replace(&format!("ws://{address}:{CDP_PORT}/"), &ws_public)
-        .replace(
-            &format!("ws={address}:{CDP_PORT}/"),
-            &format!("ws={ws_host}"),
-        );
-    Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
+        .replace(&format!("ws://{sandboxd}"), &ws_public)
+        .replace(&format!("ws={sandboxd}"), &format!("ws={ws_host}"));
+    let mut response = (status, text).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    sandboxed(response.headers_mut(), false);
+    Ok(response)
 }
 
-async fn cdp_websocket(
-    state: AppState,
-    id: String,
-    address: String,
-    path: String,
-    request: Request,
-) -> Result<Response, ApiError> {
-    let upstream = ws::connect(&format!("ws://{address}:{CDP_PORT}{path}"), None, None)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", e.to_string()))?;
-    let (mut parts, _) = request.into_parts();
-    let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &state)
-        .await
-        .map_err(|e| ApiError::bad_request(e.body_text()))?
-        .max_message_size(256 * 1024 * 1024)
-        .max_frame_size(256 * 1024 * 1024);
-    let activity = state.sandboxes.activity().clone();
-    let metrics = state.metrics.clone();
-    Ok(upgrade.on_upgrade(move |socket| async move {
-        let _hold = activity.hold(&id);
-        let _gauge = metrics.session("cdp");
-        let end = ws::relay(socket, upstream, None, std::future::pending()).await;
-        tracing::info!(sandbox_id = %id, ?end, "CDP session closed");
-    }))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_content_is_sandboxed_and_downloads_are_attachments() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html"));
+        sandboxed(&mut headers, true);
+        assert_eq!(headers[header::CONTENT_SECURITY_POLICY], "sandbox");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        assert_eq!(headers[header::CONTENT_DISPOSITION], "attachment");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_static("attachment; filename=\"a.html\""),
+        );
+        sandboxed(&mut headers, true);
+        assert_eq!(
+            headers[header::CONTENT_DISPOSITION],
+            "attachment; filename=\"a.html\""
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_static("inline; filename=\"a.html\""),
+        );
+        sandboxed(&mut headers, true);
+        assert_eq!(headers[header::CONTENT_DISPOSITION], "attachment");
+    }
 }

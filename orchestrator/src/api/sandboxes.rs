@@ -56,7 +56,7 @@ pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
         error: record.error.clone(),
         urls: SandboxUrls {
             api: format!("{base}/api"),
-            vnc: format!("{base}/vnc/vnc.html"),
+            vnc: format!("{base}/vnc/"),
             cdp: format!("{ws_base}/cdp"),
         },
     }
@@ -69,6 +69,7 @@ pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
         (status = 201, body = Sandbox),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, description = "the key has --max-sandboxes-per-key sandboxes running", body = ErrorBody),
         (status = 503, description = "the sandbox did not become ready (it was removed)", body = ErrorBody),
     ))]
 pub async fn create(
@@ -91,7 +92,7 @@ pub async fn create(
 /// Lists sandboxes: `?status=ready` and any number of `metadata.KEY=VALUE` filters.
 #[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes",
     params(
-        ("status" = Option<String>, Query, description = "creating, ready, deleting or lost"),
+        ("status" = Option<String>, Query, description = "creating, ready, degraded, deleting or lost"),
         ("metadata.KEY" = Option<String>, Query, description = "only sandboxes whose metadata KEY has this value"),
     ),
     responses((status = 200, body = SandboxList), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]

@@ -13,7 +13,6 @@ use super::extract::ApiJson;
 use super::types::{CreateTokenRequest, ErrorBody, Revoked, Token};
 use crate::auth::Caller;
 use crate::secret::rfc3339;
-use crate::tokens::Scope;
 
 /// Token lifetime when the request gives none.
 pub const DEFAULT_TTL_SECS: i64 = 900;
@@ -24,23 +23,14 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(revoke))
 }
 
-/// The noVNC page URL for a token: autoconnects, scales, and for `view` tokens hides the
-/// input controls (the proxy drops input regardless).
-pub fn viewer_url(state: &AppState, sandbox_id: &str, token: &str, scope: Scope) -> String {
-    let base = format!("{}/v1/sandboxes/{sandbox_id}/vnc", state.public_url);
-    let ws_path = format!("v1/sandboxes/{sandbox_id}/vnc/websockify?token={token}");
-    let mut query = serde_urlencoded::to_string([
-        ("autoconnect", "1"),
-        ("resize", "scale"),
-        ("reconnect", "1"),
-        ("path", ws_path.as_str()),
-        ("token", token),
-    ])
-    .unwrap_or_default();
-    if scope == Scope::View {
-        query.push_str("&view_only=1");
-    }
-    format!("{base}/vnc.html?{query}")
+/// The live-desktop page for a token: the orchestrator's own viewer, which trades the token for
+/// a cookie scoped to this sandbox on first load (and drops it from the address bar).
+pub fn viewer_url(state: &AppState, sandbox_id: &str, token: &str) -> String {
+    let query = serde_urlencoded::to_string([("token", token)]).unwrap_or_default();
+    format!(
+        "{}/v1/sandboxes/{sandbox_id}/vnc/?{query}",
+        state.public_url
+    )
 }
 
 /// Issues a signed, expiring token scoped to this sandbox.
@@ -58,12 +48,12 @@ pub async fn create(
     let ttl = request.ttl_secs.unwrap_or(DEFAULT_TTL_SECS);
     let (token, record) = state
         .sandboxes
-        .issue_token(&id, caller.owner(), request.scope, ttl)
+        .issue_token(&id, caller.owner(), &caller.key_id, request.scope, ttl)
         .await?;
     Ok((
         StatusCode::CREATED,
         Json(Token {
-            viewer_url: viewer_url(&state, &id, &token, request.scope),
+            viewer_url: viewer_url(&state, &id, &token),
             id: record.id,
             token,
             scope: record.scope,

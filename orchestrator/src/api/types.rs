@@ -32,7 +32,8 @@ pub struct CreateSandboxRequest {
 pub struct SandboxUrls {
     /// Base URL of the sandbox API (point the `agent-sandbox` SDK here, with your API key).
     pub api: String,
-    /// The noVNC page; needs a token from `POST /v1/sandboxes/{id}/tokens`.
+    /// The live-desktop page; open it with a token from `POST /v1/sandboxes/{id}/tokens` (its
+    /// `viewer_url`).
     pub vnc: String,
     /// CDP WebSocket (or `http` base for `connect_over_cdp`), with your API key.
     pub cdp: String,

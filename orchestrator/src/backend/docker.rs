@@ -9,7 +9,12 @@
 //! `docker inspect` would show it.
 //!
 //! The network is a bridge with inter-container traffic disabled
-//! (`com.docker.network.bridge.enable_icc=false`): sandboxes cannot reach each other.
+//! (`com.docker.network.bridge.enable_icc=false`): sandboxes cannot reach each other. Its bridge
+//! interface gets a known name, on which [`super::egress`] hangs the rules that keep sandboxes
+//! off this host, private ranges and cloud metadata.
+//!
+//! Removal checks the container's instance label first: this backend never removes a container
+//! another orchestrator instance (or anyone else) made, whatever id it is handed.
 
 use std::collections::HashMap;
 
@@ -21,16 +26,22 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
+use super::egress::{EgressPolicy, EgressRules};
 use super::{
     Backend, BackendError, ContainerInfo, ContainerSpec, KEY_FILE, KEY_FILE_DIR, LABEL_INSTANCE,
     LABEL_MANAGED, LABEL_SANDBOX_ID, Started,
 };
+
+/// The bridge option naming the network's interface on the host.
+const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
 
 /// The Docker Engine backend.
 pub struct DockerBackend {
     docker: Docker,
     network: String,
     instance: String,
+    egress: EgressPolicy,
+    egress_allow: Vec<ipnet::Ipv4Net>,
 }
 
 fn failed(step: &'static str) -> impl FnOnce(bollard::errors::Error) -> BackendError {
@@ -51,11 +62,22 @@ fn is_not_found(error: &bollard::errors::Error) -> bool {
 }
 
 impl DockerBackend {
-    /// Connects to the local engine (DOCKER_HOST or the default socket) and negotiates the API
-    /// version, so older engines (20.10 speaks 1.41) work.
-    pub async fn connect(network: &str, instance: &str) -> Result<Self, BackendError> {
-        let docker = Docker::connect_with_local_defaults()
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?
+    /// Connects to the engine named by `DOCKER_HOST` (`unix://` or `tcp://`; the local socket
+    /// when unset) and negotiates the API version, so older engines (20.10 speaks 1.41) work.
+    /// An unsupported `DOCKER_HOST` is an error, not silently replaced by the local socket.
+    pub async fn connect(
+        network: &str,
+        instance: &str,
+        egress: EgressPolicy,
+        egress_allow: Vec<ipnet::Ipv4Net>,
+    ) -> Result<Self, BackendError> {
+        let docker = Docker::connect_with_defaults()
+            .map_err(|e| {
+                BackendError::Unavailable(format!(
+                    "{e} (DOCKER_HOST={})",
+                    std::env::var("DOCKER_HOST").unwrap_or_default()
+                ))
+            })?
             .negotiate_version()
             .await
             .map_err(|e| BackendError::Unavailable(e.to_string()))?;
@@ -63,7 +85,35 @@ impl DockerBackend {
             docker,
             network: network.to_string(),
             instance: instance.to_string(),
+            egress,
+            egress_allow,
         })
+    }
+
+    /// The bridge name a new network gets: `abx-` and a hash of the network's name (interface
+    /// names are at most 15 bytes).
+    fn bridge_name(&self) -> String {
+        use sha2::Digest;
+        let hash = sha2::Sha256::digest(self.network.as_bytes());
+        format!("abx-{}", hex::encode(&hash[..5]))
+    }
+
+    /// The network's bridge interface: the name it was given, or Docker's default `br-<id>`.
+    async fn network_bridge(&self) -> Result<String, BackendError> {
+        let network = self
+            .docker
+            .inspect_network(&self.network, None)
+            .await
+            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        if let Some(name) = network
+            .options
+            .as_ref()
+            .and_then(|o| o.get(BRIDGE_NAME_OPTION))
+        {
+            return Ok(name.clone());
+        }
+        let id = network.id.unwrap_or_default();
+        Ok(format!("br-{}", id.chars().take(12).collect::<String>()))
     }
 
     fn name(&self, sandbox_id: &str) -> String {
@@ -142,6 +192,40 @@ impl DockerBackend {
         Ok(id)
     }
 
+    /// Creates the sandbox network unless it exists (idempotent; tolerant of a concurrent
+    /// creation by another instance).
+    async fn create_network(&self) -> Result<(), BackendError> {
+        match self.docker.inspect_network(&self.network, None).await {
+            Ok(_) => return Ok(()),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(BackendError::Unavailable(e.to_string())),
+        }
+        let request = NetworkCreateRequest {
+            name: self.network.clone(),
+            driver: Some("bridge".into()),
+            options: Some(HashMap::from([
+                (
+                    "com.docker.network.bridge.enable_icc".to_string(),
+                    "false".to_string(),
+                ),
+                (BRIDGE_NAME_OPTION.to_string(), self.bridge_name()),
+            ])),
+            labels: Some(HashMap::from([(
+                LABEL_MANAGED.to_string(),
+                "true".to_string(),
+            )])),
+            ..Default::default()
+        };
+        match self.docker.create_network(request).await {
+            Ok(_) => Ok(()),
+            // Another instance created it at the same moment.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => Ok(()),
+            Err(e) => Err(failed("creating the sandbox network")(e)),
+        }
+    }
+
     async fn address_of(&self, container_id: &str) -> Result<Option<String>, BackendError> {
         Ok(self.inspect(container_id).await?.and_then(|c| c.address))
     }
@@ -165,32 +249,18 @@ fn key_archive(key: &str) -> std::io::Result<Vec<u8>> {
 #[async_trait::async_trait]
 impl Backend for DockerBackend {
     async fn prepare(&self) -> Result<(), BackendError> {
-        match self.docker.inspect_network(&self.network, None).await {
-            Ok(_) => return Ok(()),
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(BackendError::Unavailable(e.to_string())),
-        }
-        let request = NetworkCreateRequest {
-            name: self.network.clone(),
-            driver: Some("bridge".into()),
-            options: Some(HashMap::from([(
-                "com.docker.network.bridge.enable_icc".to_string(),
-                "false".to_string(),
-            )])),
-            labels: Some(HashMap::from([(
-                LABEL_MANAGED.to_string(),
-                "true".to_string(),
-            )])),
-            ..Default::default()
+        self.create_network().await?;
+        let rules = EgressRules {
+            bridge: self.network_bridge().await?,
+            policy: self.egress,
+            allow: self.egress_allow.clone(),
         };
-        match self.docker.create_network(request).await {
-            Ok(_) => Ok(()),
-            // Another instance created it at the same moment.
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 409, ..
-            }) => Ok(()),
-            Err(e) => Err(failed("creating the sandbox network")(e)),
-        }
+        super::egress::apply(&rules)
+            .await
+            .map_err(|e| BackendError::Failed {
+                step: "enforcing the egress policy",
+                message: e.to_string(),
+            })
     }
 
     async fn start(&self, spec: &ContainerSpec) -> Result<Started, BackendError> {
@@ -219,6 +289,25 @@ impl Backend for DockerBackend {
     }
 
     async fn remove(&self, container_id: &str) -> Result<(), BackendError> {
+        // Only ever remove a container labelled as this instance's.
+        match self.docker.inspect_container(container_id, None).await {
+            Ok(container) => {
+                let labels = container.config.and_then(|c| c.labels).unwrap_or_default();
+                if labels.get(LABEL_INSTANCE) != Some(&self.instance) {
+                    return Err(BackendError::Failed {
+                        step: "removing the container",
+                        message: format!(
+                            "container {container_id} is not this orchestrator's (instance {:?}, \
+                             labelled {:?}); it is left alone",
+                            self.instance,
+                            labels.get(LABEL_INSTANCE)
+                        ),
+                    });
+                }
+            }
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(BackendError::Unavailable(e.to_string())),
+        }
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
             .v(true)

@@ -6,6 +6,7 @@
 //! touches containers labelled as this orchestrator instance's.
 
 pub mod docker;
+pub mod egress;
 
 use std::collections::BTreeMap;
 
@@ -20,10 +21,9 @@ pub const LABEL_INSTANCE: &str = "agentbox.instance";
 pub const KEY_FILE_DIR: &str = "/run/agentbox";
 pub const KEY_FILE: &str = "/run/agentbox/api-key";
 
-/// Ports inside the sandbox.
+/// sandboxd's port inside the sandbox: the only one the orchestrator talks to (the API, CDP at
+/// `/cdp` and the remote desktop at `/vnc/websockify`, all behind the sandbox's own key).
 pub const SANDBOXD_PORT: u16 = 8080;
-pub const NOVNC_PORT: u16 = 6080;
-pub const CDP_PORT: u16 = 9222;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -1,7 +1,6 @@
-//! Reverse proxies to the services inside a sandbox: plain HTTP with streaming bodies
-//! ([`http`]), WebSocket relays ([`ws`]), and the RFB input filter for view-only VNC sessions
-//! ([`rfb`]). The API layer decides who may use them; this module only moves bytes.
+//! Reverse proxying to sandboxd: plain HTTP with streaming bodies ([`http`]) and the RFB filter
+//! for VNC sessions ([`rfb`]); WebSocket relays come from `agentbox_http::ws`. The API layer
+//! decides who may use them; this module only moves and filters bytes.
 
 pub mod http;
 pub mod rfb;
-pub mod ws;

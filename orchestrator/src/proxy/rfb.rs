@@ -1,226 +1,372 @@
-//! A filter for the client-to-server half of an RFB (VNC) session, as carried by websockify.
+//! A filter on an RFB (VNC) session, as carried over a WebSocket: it follows **both** halves of
+//! the handshake and then every client message, and lets input through only when the session
+//! may act.
 //!
-//! **View** mode lets a viewer watch and nothing else: it follows the handshake (protocol
-//! version, security type, the VNC-auth response, ClientInit) and then every message, and drops
-//! KeyEvent (4), PointerEvent (5) and ClientCutText (6), plus xvp (251) and SetDesktopSize
-//! (252), which would also act on the desktop. Messages that only shape what the viewer
-//! receives (SetPixelFormat, SetEncodings, FramebufferUpdateRequest, EnableContinuousUpdates,
-//! ClientFence) pass. A message type it does not know closes the session: its length is
-//! unknown, so nothing after it could be parsed safely. RFB 3.3 and security types other than
-//! None and VNC authentication are refused in view mode for the same reason.
+//! The handshake is pinned: the server must greet with `RFB 003.008`, the client must answer
+//! exactly that, the server must offer security type None (sandboxd terminates the real VNC
+//! authentication itself), the client must choose it, and the server must report success.
+//! Client bytes that arrive before the server reached the step they answer, or that differ in
+//! any way, end the session: a filter that guessed the server's state could be desynchronised
+//! (libvncserver applies RFB 3.3 rules to every minor version below 7), so it never guesses.
 //!
-//! **Control** mode passes everything after the handshake unchanged.
+//! After ClientInit (whose shared flag is forced to 1, so one viewer never disconnects the
+//! others), each client message is parsed by type and length. Messages that only shape what the
+//! viewer receives (SetPixelFormat, SetEncodings, FramebufferUpdateRequest,
+//! EnableContinuousUpdates, ClientFence) always pass. **Input** (KeyEvent, PointerEvent,
+//! ClientCutText, xvp, SetDesktopSize, QEMU extended key events) passes only when the session
+//! is not view-only and its [`InputGate`] is open; otherwise it is dropped whole. A message type
+//! the filter does not know ends the session: its length is unknown, so nothing after it could
+//! be parsed safely.
 //!
-//! In both modes ClientInit's shared flag is forced to 1, so one viewer connecting never
-//! disconnects the others. Messages may be split across, or merged within, WebSocket frames:
-//! the filter buffers partial messages and emits only whole ones.
+//! Messages may be split across, or merged within, WebSocket frames: the filter buffers partial
+//! messages and emits whole ones (ClientCutText text is streamed through or skipped, never
+//! buffered).
 
-/// Largest message the filter buffers (SetEncodings with 65535 encodings is ~256 KiB).
+use agentbox_http::ws::RelayFilter;
+use tokio::sync::watch;
+
+/// Largest client message the filter buffers (SetEncodings with 65535 encodings is ~256 KiB).
 pub const MAX_BUFFER: usize = 512 * 1024;
-/// Largest ClientCutText a view session may send (it is skipped, never buffered).
+/// Largest ClientCutText accepted.
 pub const MAX_CUT_TEXT: usize = 16 * 1024 * 1024;
+/// Largest server handshake unit buffered (ServerInit with its desktop name).
+const MAX_SERVER_HANDSHAKE: usize = 64 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Version,
-    Security,
-    VncAuthResponse,
-    ClientInit,
-    Messages,
-    /// Control mode after the handshake: bytes pass unparsed.
-    Passthrough,
+const VERSION: &[u8; 12] = b"RFB 003.008\n";
+const SECURITY_NONE: u8 = 1;
+
+/// Whether a control session's input may reach the desktop right now (a person holds control)
+/// or not (an agent drives). View sessions never send input, whatever the gate says.
+#[derive(Debug, Clone)]
+pub struct InputGate(watch::Receiver<bool>);
+
+impl InputGate {
+    /// A gate that is always open.
+    pub fn open() -> Self {
+        // With the sender gone the receiver keeps the last value: open for good.
+        let (_, rx) = watch::channel(true);
+        Self(rx)
+    }
+
+    /// A gate following `rx` (`true`: input passes).
+    pub fn following(rx: watch::Receiver<bool>) -> Self {
+        Self(rx)
+    }
+
+    fn allows(&self) -> bool {
+        *self.0.borrow()
+    }
 }
 
-/// Why a view session was closed.
+/// Why a session was closed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RfbError {
-    #[error("not an RFB protocol version: {0:?}")]
-    BadVersion(String),
-    #[error("RFB 3.3 is not supported in view mode")]
-    OldVersion,
-    #[error("security type {0} is not supported in view mode")]
-    Security(u8),
-    #[error("unknown client message type {0} in view mode")]
+    #[error("the server did not greet with RFB 003.008: {0:?}")]
+    ServerVersion(String),
+    #[error("only RFB 003.008 is accepted from viewers, got {0:?}")]
+    ClientVersion(String),
+    #[error("the server does not offer security type None (offered {0:?})")]
+    ServerSecurity(Vec<u8>),
+    #[error("security type {0} is not accepted (only None)")]
+    ClientSecurity(u8),
+    #[error("the server refused the session")]
+    ServerRefused,
+    #[error("the viewer sent {0} bytes before the server's {1}")]
+    Early(usize, &'static str),
+    #[error("unknown client message type {0}")]
     UnknownMessage(u8),
+    #[error("unknown QEMU client message subtype {0}")]
+    UnknownQemu(u8),
     #[error("client message too large ({0} bytes)")]
     TooLarge(usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    Version,
+    SecurityTypes,
+    SecurityResult,
+    ServerInit,
+    /// After ServerInit: server messages are not parsed.
+    Running,
+    /// The server refused the session: nothing more passes.
+    Refused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Version,
+    Security,
+    ClientInit,
+    Messages,
 }
 
 /// Counts of what the filter did (for logs and tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FilterStats {
     pub forwarded_messages: u64,
+    pub forwarded_inputs: u64,
     pub dropped_inputs: u64,
 }
 
 /// The filter for one session.
 #[derive(Debug)]
-pub struct RfbClientFilter {
+pub struct RfbFilter {
     view_only: bool,
-    phase: Phase,
-    buffer: Vec<u8>,
-    /// Bytes of a dropped ClientCutText still to skip.
-    skip: usize,
+    gate: InputGate,
+    server: Server,
+    server_buffer: Vec<u8>,
+    client: Client,
+    client_buffer: Vec<u8>,
+    /// ClientCutText bytes still to come: forwarded when `cut_forward`, skipped otherwise.
+    cut_remaining: usize,
+    cut_forward: bool,
     pub stats: FilterStats,
 }
 
-impl RfbClientFilter {
+impl RfbFilter {
+    /// A view-only session: input never passes.
     pub fn view() -> Self {
-        Self::new(true)
+        Self::new(true, InputGate::open())
     }
 
-    pub fn control() -> Self {
-        Self::new(false)
+    /// A control session whose input passes while `gate` is open.
+    pub fn control(gate: InputGate) -> Self {
+        Self::new(false, gate)
     }
 
-    fn new(view_only: bool) -> Self {
+    fn new(view_only: bool, gate: InputGate) -> Self {
         Self {
             view_only,
-            phase: Phase::Version,
-            buffer: Vec::new(),
-            skip: 0,
+            gate,
+            server: Server::Version,
+            server_buffer: Vec::new(),
+            client: Client::Version,
+            client_buffer: Vec::new(),
+            cut_remaining: 0,
+            cut_forward: false,
             stats: FilterStats::default(),
         }
     }
 
+    fn input_allowed(&self) -> bool {
+        !self.view_only && self.gate.allows()
+    }
+
+    // ---- server to client ----
+
+    /// Follows the server's half of the handshake.
+    pub fn observe_server(&mut self, input: &[u8]) -> Result<(), RfbError> {
+        if matches!(self.server, Server::Running) {
+            return Ok(());
+        }
+        if self.server == Server::Refused {
+            return Err(RfbError::ServerRefused);
+        }
+        self.server_buffer.extend_from_slice(input);
+        loop {
+            let buffer = &self.server_buffer;
+            let used = match self.server {
+                Server::Version => {
+                    if buffer.len() < 12 {
+                        break;
+                    }
+                    if &buffer[..12] != VERSION {
+                        return Err(RfbError::ServerVersion(
+                            String::from_utf8_lossy(&buffer[..12]).into_owned(),
+                        ));
+                    }
+                    self.server = Server::SecurityTypes;
+                    12
+                }
+                Server::SecurityTypes => {
+                    let Some(&count) = buffer.first() else { break };
+                    if count == 0 {
+                        self.server = Server::Refused;
+                        return Err(RfbError::ServerRefused);
+                    }
+                    let count = count as usize;
+                    if buffer.len() < 1 + count {
+                        break;
+                    }
+                    if !buffer[1..1 + count].contains(&SECURITY_NONE) {
+                        return Err(RfbError::ServerSecurity(buffer[1..1 + count].to_vec()));
+                    }
+                    self.server = Server::SecurityResult;
+                    1 + count
+                }
+                Server::SecurityResult => {
+                    if buffer.len() < 4 {
+                        break;
+                    }
+                    if buffer[..4] != [0, 0, 0, 0] {
+                        self.server = Server::Refused;
+                        return Err(RfbError::ServerRefused);
+                    }
+                    self.server = Server::ServerInit;
+                    4
+                }
+                Server::ServerInit => {
+                    // width, height, pixel format (16), name length (4), name
+                    if buffer.len() < 24 {
+                        break;
+                    }
+                    let name = u32::from_be_bytes([buffer[20], buffer[21], buffer[22], buffer[23]])
+                        as usize;
+                    if name > MAX_SERVER_HANDSHAKE {
+                        return Err(RfbError::TooLarge(name));
+                    }
+                    if buffer.len() < 24 + name {
+                        break;
+                    }
+                    self.server = Server::Running;
+                    24 + name
+                }
+                Server::Running | Server::Refused => break,
+            };
+            self.server_buffer.drain(..used);
+        }
+        if self.server == Server::Running {
+            // What followed ServerInit is ordinary server traffic: not ours to keep.
+            self.server_buffer = Vec::new();
+        } else if self.server_buffer.len() > MAX_SERVER_HANDSHAKE {
+            return Err(RfbError::TooLarge(self.server_buffer.len()));
+        }
+        Ok(())
+    }
+
+    // ---- client to server ----
+
     /// Feeds bytes from the client; returns the bytes to send on to the server.
     pub fn feed(&mut self, input: &[u8]) -> Result<Vec<u8>, RfbError> {
-        if self.phase == Phase::Passthrough {
-            return Ok(input.to_vec());
-        }
+        let mut out = Vec::new();
         let mut input = input;
-        if self.skip > 0 {
-            let n = self.skip.min(input.len());
-            self.skip -= n;
+        if self.cut_remaining > 0 {
+            let n = self.cut_remaining.min(input.len());
+            if self.cut_forward {
+                out.extend_from_slice(&input[..n]);
+            }
+            self.cut_remaining -= n;
             input = &input[n..];
         }
-        let mut buffer = std::mem::take(&mut self.buffer);
+        let mut buffer = std::mem::take(&mut self.client_buffer);
         buffer.extend_from_slice(input);
-        let mut out = Vec::new();
         let mut at = 0;
         loop {
-            if self.skip > 0 {
-                let n = self.skip.min(buffer.len() - at);
-                self.skip -= n;
+            if self.cut_remaining > 0 {
+                let n = self.cut_remaining.min(buffer.len() - at);
+                if self.cut_forward {
+                    out.extend_from_slice(&buffer[at..at + n]);
+                }
+                self.cut_remaining -= n;
                 at += n;
             }
-            let rest = &buffer[at..];
-            if rest.is_empty() {
+            if at >= buffer.len() {
                 break;
             }
-            match self.step(rest, &mut out)? {
+            match self.client_step(&buffer[at..], &mut out)? {
                 Some(used) => at += used,
                 None => break,
-            }
-            if self.phase == Phase::Passthrough {
-                out.extend_from_slice(&buffer[at..]);
-                at = buffer.len();
-                break;
             }
         }
         buffer.drain(..at);
         if buffer.len() > MAX_BUFFER {
             return Err(RfbError::TooLarge(buffer.len()));
         }
-        self.buffer = buffer;
+        self.client_buffer = buffer;
         Ok(out)
     }
 
     /// Handles one unit at the start of `rest`; `None` when more bytes are needed.
-    fn step(&mut self, rest: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, RfbError> {
-        match self.phase {
-            Phase::Version => {
+    fn client_step(&mut self, rest: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, RfbError> {
+        match self.client {
+            Client::Version => {
+                if self.server == Server::Version {
+                    return Err(RfbError::Early(rest.len(), "greeting"));
+                }
+                let compare = rest.len().min(12);
+                if rest[..compare] != VERSION[..compare] {
+                    return Err(RfbError::ClientVersion(
+                        String::from_utf8_lossy(&rest[..compare]).into_owned(),
+                    ));
+                }
                 if rest.len() < 12 {
                     return Ok(None);
                 }
-                let version = &rest[..12];
-                if !version.starts_with(b"RFB ") || version[11] != b'\n' {
-                    return Err(RfbError::BadVersion(
-                        String::from_utf8_lossy(version).into(),
-                    ));
-                }
-                if &version[4..11] == b"003.003" {
-                    if self.view_only {
-                        return Err(RfbError::OldVersion);
-                    }
-                    // 3.3: the server picks the security type; nothing else to follow.
-                    self.phase = Phase::Passthrough;
-                } else {
-                    self.phase = Phase::Security;
-                }
-                out.extend_from_slice(version);
+                out.extend_from_slice(VERSION);
+                self.client = Client::Security;
                 Ok(Some(12))
             }
-            Phase::Security => {
-                let kind = rest[0];
-                self.phase = match kind {
-                    1 => Phase::ClientInit,
-                    2 => Phase::VncAuthResponse,
-                    _ if self.view_only => return Err(RfbError::Security(kind)),
-                    _ => Phase::Passthrough,
-                };
-                out.push(kind);
-                Ok(Some(1))
-            }
-            Phase::VncAuthResponse => {
-                if rest.len() < 16 {
-                    return Ok(None);
+            Client::Security => {
+                if matches!(self.server, Server::Version | Server::SecurityTypes) {
+                    return Err(RfbError::Early(rest.len(), "security types"));
                 }
-                out.extend_from_slice(&rest[..16]);
-                self.phase = Phase::ClientInit;
-                Ok(Some(16))
-            }
-            Phase::ClientInit => {
-                out.push(1); // shared: never disconnect the other viewers
-                self.phase = if self.view_only {
-                    Phase::Messages
-                } else {
-                    Phase::Passthrough
-                };
+                if rest[0] != SECURITY_NONE {
+                    return Err(RfbError::ClientSecurity(rest[0]));
+                }
+                out.push(SECURITY_NONE);
+                self.client = Client::ClientInit;
                 Ok(Some(1))
             }
-            Phase::Messages => self.message(rest, out),
-            Phase::Passthrough => {
-                out.extend_from_slice(rest);
-                Ok(Some(rest.len()))
+            Client::ClientInit => {
+                if !matches!(self.server, Server::ServerInit | Server::Running) {
+                    return Err(RfbError::Early(rest.len(), "security result"));
+                }
+                out.push(1); // shared: never disconnect the other viewers
+                self.client = Client::Messages;
+                Ok(Some(1))
             }
+            Client::Messages => self.message(rest, out),
         }
     }
 
-    /// One client message in view mode.
+    /// One client message after the handshake.
     fn message(&mut self, rest: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, RfbError> {
         let kind = rest[0];
-        let (len, forward) = match kind {
-            0 => (20, true),   // SetPixelFormat
-            3 => (10, true),   // FramebufferUpdateRequest
-            150 => (10, true), // EnableContinuousUpdates
+        let (len, is_input) = match kind {
+            0 => (20, false),   // SetPixelFormat
+            3 => (10, false),   // FramebufferUpdateRequest
+            150 => (10, false), // EnableContinuousUpdates
             2 => {
                 // SetEncodings: type, pad, u16 count, count * i32
                 if rest.len() < 4 {
                     return Ok(None);
                 }
-                let count = u16::from_be_bytes([rest[2], rest[3]]) as usize;
-                (4 + 4 * count, true)
+                (
+                    4 + 4 * u16::from_be_bytes([rest[2], rest[3]]) as usize,
+                    false,
+                )
             }
             248 => {
-                // ClientFence: type, 3 pad, u32 flags, u8 length, payload
+                // ClientFence: type, 3 pad, u32 flags, u8 length, payload (at most 64)
                 if rest.len() < 9 {
                     return Ok(None);
                 }
-                (9 + rest[8] as usize, true)
+                (9 + rest[8] as usize, false)
             }
-            4 => (8, false),   // KeyEvent
-            5 => (6, false),   // PointerEvent
-            251 => (4, false), // xvp (shutdown/reboot/reset)
-            252 => {
+            4 => (8, true),   // KeyEvent
+            5 => (6, true),   // PointerEvent
+            250 => (4, true), // xvp: type, pad, version, operation
+            251 => {
                 // SetDesktopSize: type, pad, u16 w, u16 h, u8 screens, pad, screens * 16
                 if rest.len() < 8 {
                     return Ok(None);
                 }
-                (8 + 16 * rest[6] as usize, false)
+                (8 + 16 * rest[6] as usize, true)
+            }
+            255 => {
+                // QEMU client message: type, subtype; subtype 0 is the extended key event
+                // (type, subtype, u16 down, u32 keysym, u32 keycode).
+                if rest.len() < 2 {
+                    return Ok(None);
+                }
+                if rest[1] != 0 {
+                    return Err(RfbError::UnknownQemu(rest[1]));
+                }
+                (12, true)
             }
             6 => {
-                // ClientCutText: type, 3 pad, u32 length, text; skipped, never buffered.
+                // ClientCutText: type, 3 pad, u32 length, text (streamed or skipped).
                 if rest.len() < 8 {
                     return Ok(None);
                 }
@@ -228,8 +374,14 @@ impl RfbClientFilter {
                 if text > MAX_CUT_TEXT {
                     return Err(RfbError::TooLarge(text));
                 }
-                self.stats.dropped_inputs += 1;
-                self.skip = text;
+                self.cut_forward = self.input_allowed();
+                if self.cut_forward {
+                    out.extend_from_slice(&rest[..8]);
+                    self.stats.forwarded_inputs += 1;
+                } else {
+                    self.stats.dropped_inputs += 1;
+                }
+                self.cut_remaining = text;
                 return Ok(Some(8));
             }
             other => return Err(RfbError::UnknownMessage(other)),
@@ -237,9 +389,12 @@ impl RfbClientFilter {
         if rest.len() < len {
             return Ok(None);
         }
-        if forward {
+        if !is_input {
             out.extend_from_slice(&rest[..len]);
             self.stats.forwarded_messages += 1;
+        } else if self.input_allowed() {
+            out.extend_from_slice(&rest[..len]);
+            self.stats.forwarded_inputs += 1;
         } else {
             self.stats.dropped_inputs += 1;
         }
@@ -247,12 +402,33 @@ impl RfbClientFilter {
     }
 }
 
+impl RelayFilter for RfbFilter {
+    fn client_bytes(&mut self, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        self.feed(bytes).map_err(|e| e.to_string())
+    }
+
+    fn upstream_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.observe_server(bytes).map_err(|e| e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn handshake() -> Vec<u8> {
-        let mut bytes = b"RFB 003.008\n".to_vec();
+    /// The server's handshake as sandboxd sends it, then ServerInit with the name "x".
+    fn server_handshake() -> Vec<u8> {
+        let mut bytes = VERSION.to_vec();
+        bytes.extend([1, 1]); // one type: None
+        bytes.extend([0, 0, 0, 0]); // OK
+        bytes.extend([5, 0, 3, 32]); // 1280x800
+        bytes.extend([32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 16, 8, 0, 0, 0, 0]);
+        bytes.extend([0, 0, 0, 1, b'x']);
+        bytes
+    }
+
+    fn client_handshake() -> Vec<u8> {
+        let mut bytes = VERSION.to_vec();
         bytes.push(1); // security None
         bytes.push(0); // ClientInit, not shared
         bytes
@@ -281,14 +457,20 @@ mod tests {
         m
     }
 
-    fn session() -> Vec<u8> {
-        let mut all = handshake();
+    fn messages() -> Vec<u8> {
+        let mut all = Vec::new();
         for part in [
             set_encodings(),
             pointer(),
             update_request(),
             key(),
             cut_text(b"hello"),
+            vec![250, 0, 1, 2], // xvp
+            vec![251, 0, 2, 0, 1, 0, 1, 0]
+                .into_iter()
+                .chain([0; 16])
+                .collect(), // SetDesktopSize
+            vec![255, 0, 0, 1, 0, 0, 0, 0x61, 0, 0, 0, 30], // QEMU key
             pointer(),
             update_request(),
         ] {
@@ -297,8 +479,27 @@ mod tests {
         all
     }
 
+    /// Runs a session through a filter: the server's handshake is observed in full first, then
+    /// the client's bytes are fed in `chunk`-sized pieces.
+    fn run(filter: &mut RfbFilter, chunk: usize) -> Result<Vec<u8>, RfbError> {
+        let mut client = client_handshake();
+        client.extend(messages());
+        let server = server_handshake();
+        // The server speaks first at each step; feed in handshake order.
+        filter.observe_server(&server[..12])?;
+        let mut out = Vec::new();
+        out.extend(filter.feed(&client[..12])?);
+        filter.observe_server(&server[12..14])?;
+        out.extend(filter.feed(&client[12..13])?);
+        filter.observe_server(&server[14..])?;
+        for piece in client[13..].chunks(chunk) {
+            out.extend(filter.feed(piece)?);
+        }
+        Ok(out)
+    }
+
     fn expected_view_output() -> Vec<u8> {
-        let mut all = b"RFB 003.008\n".to_vec();
+        let mut all = VERSION.to_vec();
         all.extend([1, 1]); // security, ClientInit forced shared
         all.extend(set_encodings());
         all.extend(update_request());
@@ -307,90 +508,142 @@ mod tests {
     }
 
     #[test]
-    fn view_mode_drops_input_and_forces_sharing() {
-        let mut filter = RfbClientFilter::view();
-        let out = filter.feed(&session()).unwrap();
-        assert_eq!(out, expected_view_output());
-        assert_eq!(filter.stats.dropped_inputs, 4);
-        assert_eq!(filter.stats.forwarded_messages, 3);
-    }
-
-    #[test]
-    fn every_split_of_the_stream_gives_the_same_output() {
-        let all = session();
-        for chunk in 1..=all.len() {
-            let mut filter = RfbClientFilter::view();
-            let mut out = Vec::new();
-            for piece in all.chunks(chunk) {
-                out.extend(filter.feed(piece).unwrap());
-            }
-            assert_eq!(out, expected_view_output(), "chunk size {chunk}");
-        }
-        // Two-way splits at every position.
-        for cut in 0..all.len() {
-            let mut filter = RfbClientFilter::view();
-            let mut out = filter.feed(&all[..cut]).unwrap();
-            out.extend(filter.feed(&all[cut..]).unwrap());
-            assert_eq!(out, expected_view_output(), "cut at {cut}");
+    fn view_sessions_drop_every_input_whatever_the_split() {
+        for chunk in 1..=messages().len() + 1 {
+            let mut filter = RfbFilter::view();
+            assert_eq!(
+                run(&mut filter, chunk).unwrap(),
+                expected_view_output(),
+                "chunk {chunk}"
+            );
+            assert_eq!(filter.stats.dropped_inputs, 7);
+            assert_eq!(filter.stats.forwarded_inputs, 0);
         }
     }
 
     #[test]
-    fn control_mode_passes_input() {
-        let mut filter = RfbClientFilter::control();
-        let all = session();
-        let out = filter.feed(&all).unwrap();
-        let mut expected = all.clone();
-        expected[13] = 1; // shared flag forced
+    fn control_sessions_pass_input_only_while_the_gate_is_open() {
+        let (tx, rx) = watch::channel(true);
+        let mut filter = RfbFilter::control(InputGate::following(rx));
+        let out = run(&mut filter, 7).unwrap();
+        let mut expected = client_handshake();
+        expected[13] = 1; // shared forced
+        expected.extend(messages());
         assert_eq!(out, expected);
+        tx.send_replace(false);
+        assert!(filter.feed(&pointer()).unwrap().is_empty());
+        assert!(filter.feed(&cut_text(b"secret")).unwrap().is_empty());
+        assert_eq!(filter.feed(&update_request()).unwrap(), update_request());
+        tx.send_replace(true);
+        assert_eq!(filter.feed(&pointer()).unwrap(), pointer());
     }
 
     #[test]
-    fn vnc_auth_response_is_passed_in_view_mode() {
-        let mut filter = RfbClientFilter::view();
-        let mut bytes = b"RFB 003.008\n".to_vec();
-        bytes.push(2);
-        bytes.extend([7u8; 16]);
-        bytes.push(1);
-        bytes.extend(pointer());
-        let out = filter.feed(&bytes).unwrap();
-        assert_eq!(out.len(), 12 + 1 + 16 + 1);
+    fn every_version_but_3_8_is_refused_before_anything_passes() {
+        for minor in 0..=9u8 {
+            if minor == 8 {
+                continue;
+            }
+            let mut filter = RfbFilter::view();
+            filter.observe_server(VERSION).unwrap();
+            let version = format!("RFB 003.00{minor}\n");
+            // Byte by byte: refused at the first differing byte, nothing forwarded.
+            let mut forwarded = Vec::new();
+            let mut refused = false;
+            for byte in version.as_bytes() {
+                match filter.feed(&[*byte]) {
+                    Ok(out) => forwarded.extend(out),
+                    Err(RfbError::ClientVersion(_)) => {
+                        refused = true;
+                        break;
+                    }
+                    Err(other) => panic!("{other}"),
+                }
+            }
+            assert!(refused, "{version:?}");
+            assert!(forwarded.is_empty(), "{version:?}");
+        }
     }
 
     #[test]
-    fn unknown_messages_and_unsupported_handshakes_close_view_sessions() {
-        let mut filter = RfbClientFilter::view();
-        let mut bytes = handshake();
+    fn client_bytes_ahead_of_the_server_are_refused() {
+        let mut filter = RfbFilter::view();
+        assert!(matches!(filter.feed(VERSION), Err(RfbError::Early(..))));
+        let mut filter = RfbFilter::view();
+        filter.observe_server(VERSION).unwrap();
+        let mut early = VERSION.to_vec();
+        early.push(1);
+        assert!(matches!(filter.feed(&early), Err(RfbError::Early(..))));
+        let mut filter = RfbFilter::view();
+        filter.observe_server(&server_handshake()[..14]).unwrap();
+        let mut early = VERSION.to_vec();
+        early.extend([1, 0]);
+        assert!(matches!(filter.feed(&early), Err(RfbError::Early(..))));
+    }
+
+    #[test]
+    fn servers_that_do_not_follow_the_pinned_handshake_end_the_session() {
+        let mut filter = RfbFilter::view();
+        assert!(filter.observe_server(b"RFB 003.003\n").is_err());
+        let mut filter = RfbFilter::view();
+        let mut bytes = VERSION.to_vec();
+        bytes.extend([1, 2]); // VNC auth only
+        assert!(matches!(
+            filter.observe_server(&bytes),
+            Err(RfbError::ServerSecurity(_))
+        ));
+        let mut filter = RfbFilter::view();
+        let mut bytes = VERSION.to_vec();
+        bytes.extend([1, 1, 0, 0, 0, 1]); // failed
+        assert_eq!(filter.observe_server(&bytes), Err(RfbError::ServerRefused));
+    }
+
+    #[test]
+    fn unknown_messages_and_security_types_end_the_session() {
+        let handshaken = || {
+            let mut filter = RfbFilter::view();
+            let server = server_handshake();
+            filter.observe_server(&server).unwrap();
+            filter
+        };
+        let mut filter = handshaken();
+        let mut bytes = client_handshake();
         bytes.push(200);
         assert_eq!(filter.feed(&bytes), Err(RfbError::UnknownMessage(200)));
-
-        let mut filter = RfbClientFilter::view();
-        assert_eq!(filter.feed(b"RFB 003.003\n"), Err(RfbError::OldVersion));
-
-        let mut filter = RfbClientFilter::view();
-        let mut bytes = b"RFB 003.008\n".to_vec();
-        bytes.push(19); // VeNCrypt
-        assert_eq!(filter.feed(&bytes), Err(RfbError::Security(19)));
-
-        let mut filter = RfbClientFilter::view();
-        assert!(matches!(
-            filter.feed(b"GET / HTTP/1.1\r\n"),
-            Err(RfbError::BadVersion(_))
-        ));
+        let mut filter = handshaken();
+        let mut bytes = client_handshake();
+        bytes.extend([255, 1]);
+        assert_eq!(filter.feed(&bytes), Err(RfbError::UnknownQemu(1)));
+        let mut filter = handshaken();
+        let mut bytes = VERSION.to_vec();
+        bytes.push(2);
+        assert_eq!(filter.feed(&bytes), Err(RfbError::ClientSecurity(2)));
     }
 
     #[test]
-    fn large_cut_text_is_skipped_across_frames() {
-        let mut filter = RfbClientFilter::view();
-        filter.feed(&handshake()).unwrap();
+    fn large_cut_text_is_skipped_or_streamed_never_buffered() {
         let text = vec![b'x'; 100_000];
         let message = cut_text(&text);
+        let mut filter = RfbFilter::view();
+        filter.observe_server(&server_handshake()).unwrap();
+        filter.feed(&client_handshake()).unwrap();
+        let mut out = Vec::new();
+        for piece in message.chunks(4096) {
+            out.extend(filter.feed(piece).unwrap());
+            assert!(filter.client_buffer.len() < 16);
+        }
+        out.extend(filter.feed(&update_request()).unwrap());
+        assert_eq!(out, update_request());
+
+        let mut filter = RfbFilter::control(InputGate::open());
+        filter.observe_server(&server_handshake()).unwrap();
+        filter.feed(&client_handshake()).unwrap();
         let mut out = Vec::new();
         for piece in message.chunks(4096) {
             out.extend(filter.feed(piece).unwrap());
         }
-        out.extend(filter.feed(&update_request()).unwrap());
-        assert_eq!(out, update_request());
+        assert_eq!(out, message);
+
         let mut huge = vec![6, 0, 0, 0];
         huge.extend(((MAX_CUT_TEXT + 1) as u32).to_be_bytes());
         assert!(matches!(filter.feed(&huge), Err(RfbError::TooLarge(_))));

@@ -9,7 +9,17 @@
 //!
 //! **Invariant:** nothing is leaked. A sandbox that fails to become ready is removed (container
 //! and row) before the error is returned; deletions that fail are retried by the reaper; the
-//! reconciler removes containers without a record and records without a container.
+//! reconciler removes containers without a record and records without a container. Lifecycle
+//! work (creating, deleting) runs in its own task, so a client that goes away mid-call cannot
+//! leave it half done.
+//!
+//! **Invariant:** an instance only ever reconciles, reaps, heartbeats or removes the sandboxes
+//! whose row names it (`instance`); another instance's sandbox is marked for deletion and left
+//! to its owner.
+//!
+//! **Invariant:** no sandbox key is stored; each is derived from the master key
+//! ([`crate::keyring`]) when needed. Long-lived sessions end when their key, token or sandbox
+//! does ([`crate::sessions`]).
 
 pub mod activity;
 pub mod pool;
@@ -24,8 +34,10 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendError, ContainerSpec};
 use crate::config::Settings;
 use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus, Store, StoreError, TokenRecord};
+use crate::keyring::Keyring;
 use crate::metrics::Metrics;
-use crate::secret::{new_id, new_secret, now_ms};
+use crate::secret::{new_id, now_ms};
+use crate::sessions::Sessions;
 use crate::tokens::{Claims, Scope, TokenError, TokenSigner};
 use activity::ActivityTracker;
 use pool::Pool;
@@ -73,6 +85,12 @@ pub enum SandboxError {
     Conflict(String),
     #[error("the sandbox did not become ready: {reason}")]
     NotReady { reason: String, logs: String },
+    #[error(
+        "this API key already has {live} sandboxes running (the limit is {limit}): delete one first"
+    )]
+    Quota { live: i64, limit: usize },
+    #[error("the lifecycle task failed: {0}")]
+    Task(String),
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error(transparent)]
@@ -111,6 +129,10 @@ pub enum AccessError {
     Invalid(#[from] TokenError),
     #[error("token revoked")]
     Revoked,
+    #[error("the API key that issued the token was revoked")]
+    IssuerRevoked,
+    #[error("the token's scope does not match its record")]
+    ScopeMismatch,
     #[error("token is for another sandbox")]
     OtherSandbox,
     #[error("token does not grant control")]
@@ -126,11 +148,36 @@ pub struct Sandboxes {
     pub(crate) sandboxd: SandboxdClient,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) signer: TokenSigner,
+    pub(crate) keyring: Keyring,
     pub(crate) pool: Pool,
+    /// This orchestrator's instance label: the sandboxes it runs.
+    pub(crate) instance: String,
+    /// Live proxied sessions and their authority.
+    pub(crate) sessions: Arc<Sessions>,
     /// Sandboxes being deleted right now (so the API and the reaper do not race).
     deleting: Mutex<HashSet<String>>,
     /// Admission control for starts (`--max-concurrent-starts`), first come first served.
     starts: tokio::sync::Semaphore,
+    /// Per sandbox: whether control viewers' input reaches the desktop (a run closes it while
+    /// its agent drives and opens it when a person takes over).
+    control_gates: Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<bool>>>,
+    /// Held from counting a key's sandboxes to recording the new one, so two creates cannot
+    /// both pass the quota with one place left.
+    quota: tokio::sync::Mutex<()>,
+}
+
+/// Removes a sandbox id from the `deleting` set when dropped, however the removal ended.
+struct DeletingGuard<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    id: String,
+}
+
+impl Drop for DeletingGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut set) = self.set.lock() {
+            set.remove(&self.id);
+        }
+    }
 }
 
 impl Sandboxes {
@@ -139,7 +186,8 @@ impl Sandboxes {
         backend: Arc<dyn Backend>,
         settings: Arc<Settings>,
         metrics: Arc<Metrics>,
-        signer: TokenSigner,
+        keyring: Keyring,
+        instance: String,
     ) -> Arc<Self> {
         let pool = Pool::new(settings.image.clone(), settings.pool_size);
         let starts = tokio::sync::Semaphore::new(settings.max_concurrent_starts.max(1));
@@ -150,11 +198,59 @@ impl Sandboxes {
             activity: ActivityTracker::new(),
             sandboxd: SandboxdClient::new(),
             metrics,
-            signer,
+            signer: TokenSigner::new(&keyring.token_signing_key()),
+            keyring,
             pool,
+            instance,
+            sessions: Sessions::new(),
             deleting: Mutex::new(HashSet::new()),
             starts,
+            control_gates: Mutex::new(std::collections::HashMap::new()),
+            quota: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// The gate control viewers' input passes through (open unless a run closed it).
+    pub fn control_gate(&self, sandbox_id: &str) -> tokio::sync::watch::Receiver<bool> {
+        match self.control_gates.lock() {
+            Ok(mut gates) => gates
+                .entry(sandbox_id.to_string())
+                .or_insert_with(|| tokio::sync::watch::channel(true).0)
+                .subscribe(),
+            // A poisoned lock: fail closed.
+            Err(_) => tokio::sync::watch::channel(false).1,
+        }
+    }
+
+    /// Opens or closes the control gate of a sandbox; open sessions follow at once.
+    pub fn set_control_input(&self, sandbox_id: &str, open: bool) {
+        if let Ok(mut gates) = self.control_gates.lock() {
+            gates
+                .entry(sandbox_id.to_string())
+                .or_insert_with(|| tokio::sync::watch::channel(open).0)
+                .send_replace(open);
+        }
+    }
+
+    pub fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The sandbox's own API key (derived, or stored by an older version).
+    pub fn sandbox_key(&self, record: &SandboxRecord) -> String {
+        match &record.legacy_key {
+            Some(key) => key.clone(),
+            None => self.keyring.sandbox_key(&record.id),
+        }
+    }
+
+    /// Whether this instance runs the sandbox's container.
+    pub(crate) fn is_mine(&self, record: &SandboxRecord) -> bool {
+        record.instance.as_deref() == Some(self.instance.as_str())
     }
 
     pub fn store(&self) -> &Store {
@@ -218,14 +314,36 @@ impl Sandboxes {
     }
 
     /// Creates a sandbox for `owner` and returns it once ready. Takes a ready one from the warm
-    /// pool when the request allows (default image, no env, default resolution).
+    /// pool when the request allows (default image, no env, default resolution). The work runs
+    /// in its own task: if the caller goes away, the sandbox is still finished (and owned by the
+    /// caller's key) or cleaned up, never left half created.
     pub async fn create(
+        self: &Arc<Self>,
+        owner_key_id: &str,
+        spec: CreateSpec,
+    ) -> Result<(SandboxRecord, Source), SandboxError> {
+        let this = self.clone();
+        let owner = owner_key_id.to_string();
+        tokio::spawn(async move { this.create_now(&owner, spec).await })
+            .await
+            .map_err(|e| SandboxError::Task(e.to_string()))?
+    }
+
+    async fn create_now(
         self: &Arc<Self>,
         owner_key_id: &str,
         spec: CreateSpec,
     ) -> Result<(SandboxRecord, Source), SandboxError> {
         let (image, idle, lifetime) = self.validate(&spec)?;
         let started = Instant::now();
+        let quota = self.quota.lock().await;
+        let limit = self.settings.max_sandboxes_per_key;
+        if limit > 0 {
+            let live = self.store.count_live_sandboxes(owner_key_id).await?;
+            if live >= limit as i64 {
+                return Err(SandboxError::Quota { live, limit });
+            }
+        }
         if spec.env.is_empty() && spec.resolution.is_none() && image == self.pool.image() {
             let now = now_ms();
             let claim = |id: String| SandboxRecord {
@@ -236,7 +354,8 @@ impl Sandboxes {
                 pooled: false,
                 container_id: None,
                 address: None,
-                api_key: String::new(),
+                instance: Some(self.instance.clone()),
+                legacy_key: None,
                 resolution: None,
                 env: BTreeMap::new(),
                 metadata: spec.metadata.clone(),
@@ -250,6 +369,7 @@ impl Sandboxes {
                 error: None,
             };
             if let Some(record) = self.pool.claim(self, claim).await? {
+                drop(quota);
                 self.activity.touch(&record.id);
                 self.metrics.observe_create("pool", "ok", started.elapsed());
                 tracing::info!(sandbox_id = %record.id, source = "pool", "sandbox claimed from the warm pool");
@@ -265,7 +385,8 @@ impl Sandboxes {
             pooled: false,
             container_id: None,
             address: None,
-            api_key: new_secret("sbk_"),
+            instance: Some(self.instance.clone()),
+            legacy_key: None,
             resolution: spec.resolution,
             env: spec.env,
             metadata: spec.metadata,
@@ -278,7 +399,9 @@ impl Sandboxes {
             ended_at: None,
             error: None,
         };
-        match self.start(record).await {
+        self.store.insert_sandbox(&record).await?;
+        drop(quota);
+        match self.start_inserted(record).await {
             Ok(record) => {
                 self.metrics.observe_create("cold", "ok", started.elapsed());
                 Ok((record, Source::Cold))
@@ -295,6 +418,11 @@ impl Sandboxes {
     /// the container and the row are removed and the error carries the container's last output.
     pub(crate) async fn start(&self, record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
         self.store.insert_sandbox(&record).await?;
+        self.start_inserted(record).await
+    }
+
+    /// [`start`](Self::start) for a record already inserted.
+    async fn start_inserted(&self, record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
         let permit = self.starts.acquire().await;
         let result = self.boot(record.clone()).await;
         drop(permit);
@@ -318,11 +446,12 @@ impl Sandboxes {
             "SANDBOXD_IDLE_EXIT_SECS".into(),
             (self.settings.heartbeat.as_secs() * 3).max(3).to_string(),
         );
+        let key = self.sandbox_key(&record);
         let spec = ContainerSpec {
             sandbox_id: record.id.clone(),
             image: record.image.clone(),
             env,
-            api_key: record.api_key.clone(),
+            api_key: key.clone(),
             limits: self.settings.limits.clone(),
         };
         let started = match self.backend.start(&spec).await {
@@ -345,7 +474,7 @@ impl Sandboxes {
             return Err(error.into());
         }
         if let Err(reason) = self
-            .wait_ready(&started.container_id, &started.address, &record.api_key)
+            .wait_ready(&started.container_id, &started.address, &key)
             .await
         {
             let logs = self
@@ -419,7 +548,7 @@ impl Sandboxes {
         owner: Option<&str>,
     ) -> Result<SandboxRecord, SandboxError> {
         let record = self.get(id, owner).await?;
-        if record.status != SandboxStatus::Ready || record.address.is_none() {
+        if !record.status.is_live() || record.address.is_none() {
             return Err(SandboxError::Conflict(format!(
                 "sandbox {id} is {}, not ready",
                 record.status.as_str()
@@ -439,6 +568,7 @@ impl Sandboxes {
             owner_key_id: owner.map(str::to_owned),
             status,
             include_pooled: false,
+            ..Default::default()
         };
         let mut records = self.store.list_sandboxes(&filter).await?;
         records.retain(|r| metadata.iter().all(|(k, v)| r.metadata.get(k) == Some(v)));
@@ -454,7 +584,7 @@ impl Sandboxes {
         max_lifetime_secs: Option<i64>,
     ) -> Result<SandboxRecord, SandboxError> {
         let mut record = self.get(id, owner).await?;
-        if record.status != SandboxStatus::Ready && record.status != SandboxStatus::Creating {
+        if !record.status.is_live() && record.status != SandboxStatus::Creating {
             return Err(SandboxError::Conflict(format!(
                 "sandbox {id} is {}",
                 record.status.as_str()
@@ -499,15 +629,32 @@ impl Sandboxes {
         Ok(record)
     }
 
-    /// Deletes a sandbox for a client.
-    pub async fn delete(&self, id: &str, owner: Option<&str>) -> Result<(), SandboxError> {
+    /// Deletes a sandbox for a client. The removal runs in its own task, so it completes even
+    /// if the client goes away. A sandbox run by another instance is marked for deletion and
+    /// removed by that instance.
+    pub async fn delete(
+        self: &Arc<Self>,
+        id: &str,
+        owner: Option<&str>,
+    ) -> Result<(), SandboxError> {
         let record = self.get(id, owner).await?;
         if record.status == SandboxStatus::Creating {
             return Err(SandboxError::Conflict(format!(
                 "sandbox {id} is still being created; delete it once the create call returns"
             )));
         }
-        self.remove(&record, EndReason::Deleted).await
+        if !self.is_mine(&record) {
+            self.store
+                .set_status(&record.id, SandboxStatus::Deleting, None, None)
+                .await?;
+            self.sessions
+                .end_sandbox(&record.id, "the sandbox was deleted");
+            return Ok(());
+        }
+        let this = self.clone();
+        tokio::spawn(async move { this.remove(&record, EndReason::Deleted).await })
+            .await
+            .map_err(|e| SandboxError::Task(e.to_string()))?
     }
 
     /// Removes the container (if any) and the record. Idempotent; concurrent calls for the same
@@ -525,6 +672,12 @@ impl Sandboxes {
                 return Ok(());
             }
         }
+        let _deleting = DeletingGuard {
+            set: &self.deleting,
+            id: record.id.clone(),
+        };
+        self.sessions
+            .end_sandbox(&record.id, "the sandbox is being removed");
         let result = async {
             if record.status != SandboxStatus::Lost {
                 self.store
@@ -538,13 +691,13 @@ impl Sandboxes {
             Ok::<(), SandboxError>(())
         }
         .await;
-        if let Ok(mut deleting) = self.deleting.lock() {
-            deleting.remove(&record.id);
-        }
         match &result {
             Ok(()) => {
                 self.activity.forget(&record.id);
                 self.pool.forget(&record.id);
+                if let Ok(mut gates) = self.control_gates.lock() {
+                    gates.remove(&record.id);
+                }
                 self.metrics.sandbox_ended(reason);
                 tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "sandbox removed");
             }
@@ -557,11 +710,13 @@ impl Sandboxes {
 
     // ---- viewer tokens ----
 
-    /// Issues a token for a ready sandbox; returns (token text, record).
+    /// Issues a token for a ready sandbox on behalf of key `issuer_key_id`; returns (token
+    /// text, record). Revoking that key ends the token.
     pub async fn issue_token(
         &self,
         id: &str,
         owner: Option<&str>,
+        issuer_key_id: &str,
         scope: Scope,
         ttl_secs: i64,
     ) -> Result<(String, TokenRecord), SandboxError> {
@@ -576,6 +731,7 @@ impl Sandboxes {
         let record = TokenRecord {
             id: new_id("tok-"),
             sandbox_id: sandbox.id.clone(),
+            issuer_key_id: Some(issuer_key_id.to_string()),
             scope: scope.as_str().to_string(),
             created_at: now,
             expires_at: now + ttl_secs * 1000,
@@ -591,7 +747,8 @@ impl Sandboxes {
         Ok((token, record))
     }
 
-    /// Revokes one token (or every token of the sandbox); returns how many were revoked.
+    /// Revokes one token (or every token of the sandbox); returns how many were revoked. Open
+    /// sessions using them end at once.
     pub async fn revoke_tokens(
         &self,
         id: &str,
@@ -600,29 +757,27 @@ impl Sandboxes {
     ) -> Result<u64, SandboxError> {
         self.get(id, owner).await?;
         let revoked = self.store.revoke_tokens(id, token_id, now_ms()).await?;
-        if token_id.is_some() && revoked == 0 {
-            return Err(SandboxError::NotFound(format!(
-                "token {} of sandbox {id}",
-                token_id.unwrap_or("")
-            )));
+        if let Some(token_id) = token_id {
+            if revoked == 0 {
+                return Err(SandboxError::NotFound(format!(
+                    "token {token_id} of sandbox {id}"
+                )));
+            }
+            self.sessions.end_token(token_id);
+        } else {
+            self.sessions.end_sandbox_tokens(id);
         }
         Ok(revoked)
     }
 
-    /// Checks a token for sandbox `id`: signature, expiry, sandbox, revocation.
-    pub async fn check_token(&self, token: &str, id: &str) -> Result<Claims, SandboxError> {
-        match self.verify_token(token, id).await? {
-            Ok(claims) => Ok(claims),
-            Err(error) => Err(SandboxError::Conflict(error.to_string())),
-        }
-    }
-
-    /// Token verdict: `Ok(Err(..))` says why the token does not open sandbox `id`.
+    /// Token verdict: `Ok(Err(..))` says why the token does not open sandbox `id`. Checks the
+    /// signature and expiry, the sandbox, the record (not revoked, same sandbox and scope as the
+    /// signed claims) and that the key that issued it is not revoked.
     pub async fn verify_token(
         &self,
         token: &str,
         id: &str,
-    ) -> Result<Result<Claims, AccessError>, SandboxError> {
+    ) -> Result<Result<(Claims, TokenRecord), AccessError>, SandboxError> {
         let claims = match self.signer.verify(token, now_ms()) {
             Ok(claims) => claims,
             Err(error) => return Ok(Err(error.into())),
@@ -630,20 +785,26 @@ impl Sandboxes {
         if claims.sid != id {
             return Ok(Err(AccessError::OtherSandbox));
         }
-        match self.store.token(&claims.tid).await? {
-            Some(record) if record.revoked_at.is_none() && record.sandbox_id == id => {
-                Ok(Ok(claims))
+        let Some(record) = self.store.token(&claims.tid).await? else {
+            return Ok(Err(AccessError::Revoked));
+        };
+        if record.revoked_at.is_some() || record.sandbox_id != id {
+            return Ok(Err(AccessError::Revoked));
+        }
+        if record.scope != claims.scope.as_str() {
+            return Ok(Err(AccessError::ScopeMismatch));
+        }
+        if let Some(issuer) = &record.issuer_key_id {
+            let revoked = self
+                .store
+                .key(issuer)
+                .await?
+                .is_none_or(|key| key.revoked_at.is_some());
+            if revoked {
+                return Ok(Err(AccessError::IssuerRevoked));
             }
-            _ => Ok(Err(AccessError::Revoked)),
         }
-    }
-
-    /// Whether a token (already verified once) is still valid: not revoked, not expired.
-    pub async fn token_still_valid(&self, claims: &Claims) -> bool {
-        if claims.exp <= now_ms() {
-            return false;
-        }
-        matches!(self.store.token(&claims.tid).await, Ok(Some(r)) if r.revoked_at.is_none())
+        Ok(Ok((claims, record)))
     }
 }
 
@@ -668,10 +829,11 @@ pub fn parse_resolution(text: &str) -> Result<(u32, u32), SandboxError> {
 fn reserved_env(name: &str) -> bool {
     name.starts_with("SANDBOX")
         || name.starts_with("SCREEN_")
-        || matches!(
-            name,
-            "DISPLAY" | "HOME" | "USER" | "PATH" | "LD_PRELOAD" | "LD_LIBRARY_PATH"
-        )
+        // Every dynamic-loader variable (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, ...): each can
+        // run code inside sandboxd itself.
+        || name.starts_with("LD_")
+        || name.starts_with("GLIBC_TUNABLES")
+        || matches!(name, "DISPLAY" | "HOME" | "USER" | "PATH")
 }
 
 fn validate_env(env: &BTreeMap<String, String>) -> Result<(), SandboxError> {
@@ -695,7 +857,7 @@ fn validate_env(env: &BTreeMap<String, String>) -> Result<(), SandboxError> {
         if reserved_env(name) {
             return Err(invalid(
                 &field,
-                "is set by the orchestrator (SANDBOX*, SCREEN_*, DISPLAY, HOME, USER, PATH, LD_*)",
+                "is set by the orchestrator or reserved (SANDBOX*, SCREEN_*, DISPLAY, HOME, USER, PATH, LD_*, GLIBC_TUNABLES)",
             ));
         }
         if value.len() > MAX_ENV_VALUE || value.contains('\0') {
@@ -765,6 +927,9 @@ mod tests {
             "SANDBOXD_IDLE_EXIT_SECS",
             "DISPLAY",
             "LD_PRELOAD",
+            "LD_AUDIT",
+            "LD_ANYTHING",
+            "GLIBC_TUNABLES",
         ] {
             let env = BTreeMap::from([(name.to_string(), "x".to_string())]);
             assert!(validate_env(&env).is_err(), "{name}");

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 
 use super::{SandboxError, Sandboxes};
 use crate::db::{SandboxRecord, SandboxStatus};
-use crate::secret::{new_id, new_secret, now_ms};
+use crate::secret::{new_id, now_ms};
 
 /// Ready members of one image, and how many are being made.
 pub struct Pool {
@@ -86,7 +86,7 @@ impl Pool {
             if service.store.claim_pooled(&claimed).await? {
                 claimed.container_id = member.container_id;
                 claimed.address = member.address;
-                claimed.api_key = member.api_key;
+                claimed.legacy_key = member.legacy_key;
                 claimed.ready_at = member.ready_at;
                 return Ok(Some(claimed));
             }
@@ -153,7 +153,8 @@ impl Sandboxes {
             pooled: true,
             container_id: None,
             address: None,
-            api_key: new_secret("sbk_"),
+            instance: Some(self.instance.clone()),
+            legacy_key: None,
             resolution: None,
             env: Default::default(),
             metadata: Default::default(),

@@ -5,8 +5,14 @@
 //!   records of lost sandboxes after the retention period;
 //! - the **heartbeat** (every `--heartbeat-secs`) calls `GET /v1/activity` on every live
 //!   sandbox, which keeps its dead-man switch from firing; work in flight inside the sandbox
-//!   (running commands, open terminals) counts as activity; a sandbox that does not answer and
-//!   whose container is gone is marked lost (or, for a pool member, removed).
+//!   (running commands, open terminals) counts as activity; sandboxd's readiness moves the
+//!   sandbox between `ready` and `degraded`; a sandbox that does not answer and whose container
+//!   is gone is marked lost (or, for a pool member, removed) at once, ending its sessions;
+//! - the **session sweeper** (every second) re-checks the authority of every open proxied
+//!   session in the database, so a key, token or sandbox ended by another instance sharing the
+//!   database ends this instance's sessions too.
+//!
+//! Each pass only looks at this instance's sandboxes.
 //!
 //! Idleness is "no activity for `idle_timeout_secs` and no open session through the proxies".
 
@@ -14,9 +20,15 @@ use std::sync::Arc;
 
 use futures_util::future::join_all;
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use super::{EndReason, Sandboxes};
 use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus};
 use crate::secret::now_ms;
+
+/// How often the session sweeper re-checks open sessions.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 impl Sandboxes {
     /// Runs the reaper until the process ends.
@@ -43,9 +55,89 @@ impl Sandboxes {
         }
     }
 
-    /// Why a ready sandbox should end now, if it should.
+    /// Runs the session sweeper until the process ends.
+    pub async fn sweep_sessions_forever(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(SWEEP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(error) = self.sweep_sessions_once().await {
+                tracing::warn!(%error, "session sweep failed");
+            }
+        }
+    }
+
+    /// Ends the open sessions whose key, token or sandbox ended (in this instance or another).
+    pub async fn sweep_sessions_once(&self) -> Result<(), super::SandboxError> {
+        let authorities = self.sessions.authorities();
+        if authorities.is_empty() {
+            return Ok(());
+        }
+        let mut keys: HashMap<String, bool> = HashMap::new();
+        let mut tokens: HashMap<String, bool> = HashMap::new();
+        let mut sandboxes: HashMap<String, bool> = HashMap::new();
+        for authority in &authorities {
+            if let Some(key) = &authority.key_id
+                && !keys.contains_key(key)
+            {
+                let live = self
+                    .store
+                    .key(key)
+                    .await?
+                    .is_some_and(|k| k.revoked_at.is_none());
+                keys.insert(key.clone(), live);
+            }
+            if let Some(token) = &authority.token_id
+                && !tokens.contains_key(token)
+            {
+                let live = self
+                    .store
+                    .token(token)
+                    .await?
+                    .is_some_and(|t| t.revoked_at.is_none());
+                tokens.insert(token.clone(), live);
+            }
+            if !sandboxes.contains_key(&authority.sandbox_id) {
+                let live = self
+                    .store
+                    .sandbox(&authority.sandbox_id)
+                    .await?
+                    .is_some_and(|s| s.status.is_live());
+                sandboxes.insert(authority.sandbox_id.clone(), live);
+            }
+        }
+        for (key, live) in keys {
+            if !live {
+                self.sessions.end_key(&key);
+            }
+        }
+        for (token, live) in tokens {
+            if !live {
+                self.sessions.end_token(&token);
+            }
+        }
+        for (sandbox, live) in sandboxes {
+            if !live {
+                self.sessions
+                    .end_sandbox(&sandbox, "the sandbox is no longer ready");
+            }
+        }
+        Ok(())
+    }
+
+    /// This instance's sandboxes.
+    fn mine(&self, status: Option<SandboxStatus>) -> SandboxFilter {
+        SandboxFilter {
+            include_pooled: true,
+            status,
+            instance: Some(self.instance.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// Why a live sandbox should end now, if it should.
     fn end_reason(&self, record: &SandboxRecord, now: i64) -> Option<EndReason> {
-        if record.pooled || record.status != SandboxStatus::Ready {
+        if record.pooled || !record.status.is_live() {
             return None;
         }
         if now >= record.expires_at {
@@ -64,17 +156,13 @@ impl Sandboxes {
 
     /// One reaper pass.
     pub async fn reap_once(&self) -> Result<(), super::SandboxError> {
-        let filter = SandboxFilter {
-            include_pooled: true,
-            ..Default::default()
-        };
-        let records = self.store.list_sandboxes(&filter).await?;
+        let records = self.store.list_sandboxes(&self.mine(None)).await?;
         let now = now_ms();
         let mut live = 0;
         let mut removals = Vec::new();
         for record in records {
             match record.status {
-                SandboxStatus::Ready => {
+                SandboxStatus::Ready | SandboxStatus::Degraded => {
                     if !record.pooled {
                         live += 1;
                     }
@@ -103,14 +191,17 @@ impl Sandboxes {
         Ok(())
     }
 
-    /// One heartbeat pass over every ready sandbox.
+    /// One heartbeat pass over every live sandbox of this instance.
     pub async fn heartbeat_once(&self) -> Result<(), super::SandboxError> {
-        let filter = SandboxFilter {
-            include_pooled: true,
-            status: Some(SandboxStatus::Ready),
-            ..Default::default()
-        };
-        let records = self.store.list_sandboxes(&filter).await?;
+        let mut records = self
+            .store
+            .list_sandboxes(&self.mine(Some(SandboxStatus::Ready)))
+            .await?;
+        records.extend(
+            self.store
+                .list_sandboxes(&self.mine(Some(SandboxStatus::Degraded)))
+                .await?,
+        );
         join_all(records.iter().map(|record| self.heartbeat(record))).await;
         let _ = self
             .store
@@ -119,14 +210,47 @@ impl Sandboxes {
         Ok(())
     }
 
+    /// Runs the heartbeat for one sandbox now (a proxy saw something wrong with it).
+    pub async fn check_now(&self, id: &str) {
+        match self.store.sandbox(id).await {
+            Ok(Some(record)) if self.is_mine(&record) && record.status.is_live() => {
+                self.heartbeat(&record).await;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(sandbox_id = %id, %error, "checking the sandbox failed"),
+        }
+    }
+
     async fn heartbeat(&self, record: &SandboxRecord) {
         let Some(address) = &record.address else {
             return;
         };
-        match self.sandboxd.activity(address, &record.api_key).await {
+        match self
+            .sandboxd
+            .activity(address, &self.sandbox_key(record))
+            .await
+        {
             Ok(report) => {
                 if report.in_flight > 0 {
                     self.activity.touch(&record.id);
+                }
+                let reason =
+                    (!report.ready).then(|| format!("not ready: {}", report.not_ready.join(", ")));
+                match self
+                    .store
+                    .set_health(&record.id, report.ready, reason.as_deref())
+                    .await
+                {
+                    Ok(true) if report.ready => {
+                        tracing::info!(sandbox_id = %record.id, "sandbox recovered");
+                    }
+                    Ok(true) => {
+                        tracing::warn!(sandbox_id = %record.id, reason = reason.as_deref().unwrap_or(""), "sandbox degraded");
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(sandbox_id = %record.id, %error, "recording the sandbox's health failed");
+                    }
                 }
                 // Persist the idle clock so a restarted orchestrator keeps it.
                 if let Some((last, _)) = self.activity.get(&record.id)
@@ -161,6 +285,8 @@ impl Sandboxes {
     /// so its owner can see what happened.
     pub(crate) async fn mark_lost(&self, record: &SandboxRecord, why: &str) {
         tracing::warn!(sandbox_id = %record.id, why, "sandbox lost");
+        self.sessions
+            .end_sandbox(&record.id, "the sandbox was lost");
         if let Some(container_id) = &record.container_id {
             let _ = self.backend.remove(container_id).await;
         }

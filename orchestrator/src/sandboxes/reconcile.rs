@@ -7,6 +7,9 @@
 //!   is being deleted, is **removed**;
 //! - a ready record whose container vanished is marked **lost**; a record that was still being
 //!   created or deleted, or was a pool member, is deleted.
+//!
+//! Only this instance's records and containers are considered; rows written before rows named
+//! their instance are first given to this instance.
 
 use std::collections::HashMap;
 
@@ -26,9 +29,14 @@ pub struct ReconcileReport {
 impl Sandboxes {
     pub async fn reconcile(&self) -> Result<ReconcileReport, SandboxError> {
         let mut report = ReconcileReport::default();
+        let adopted = self.store.adopt_unassigned(&self.instance).await?;
+        if adopted > 0 {
+            tracing::info!(adopted, instance = %self.instance, "rows without an instance now belong to this one");
+        }
         let containers = self.backend.list().await?;
         let filter = SandboxFilter {
             include_pooled: true,
+            instance: Some(self.instance.clone()),
             ..Default::default()
         };
         let records = self.store.list_sandboxes(&filter).await?;
@@ -50,7 +58,7 @@ impl Sandboxes {
         for mut record in records {
             let container = by_sandbox.remove(&record.id);
             match (record.status, container) {
-                (SandboxStatus::Ready, Some(container))
+                (SandboxStatus::Ready | SandboxStatus::Degraded, Some(container))
                     if container.running && (record.pooled || record.expires_at > now) =>
                 {
                     if let Some(address) = &container.address
@@ -69,7 +77,7 @@ impl Sandboxes {
                     }
                     report.adopted += 1;
                 }
-                (SandboxStatus::Ready, None) if !record.pooled => {
+                (SandboxStatus::Ready | SandboxStatus::Degraded, None) if !record.pooled => {
                     self.mark_lost(
                         &record,
                         "the container vanished while the orchestrator was down",
@@ -84,12 +92,11 @@ impl Sandboxes {
                         self.backend.remove(&container.container_id).await?;
                         report.removed_containers += 1;
                     }
-                    let reason =
-                        if record.status == SandboxStatus::Ready && record.expires_at <= now {
-                            EndReason::Lifetime
-                        } else {
-                            EndReason::Failed
-                        };
+                    let reason = if record.status.is_live() && record.expires_at <= now {
+                        EndReason::Lifetime
+                    } else {
+                        EndReason::Failed
+                    };
                     self.store.delete_sandbox(&record.id).await?;
                     self.metrics.sandbox_ended(reason);
                     report.dropped_records += 1;

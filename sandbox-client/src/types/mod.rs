@@ -16,6 +16,7 @@ mod names;
 pub mod processes;
 pub mod sandbox;
 pub mod shell;
+pub mod tickets;
 
 pub use activity::*;
 pub use browser::*;
@@ -26,3 +27,4 @@ pub use health::*;
 pub use processes::*;
 pub use sandbox::*;
 pub use shell::*;
+pub use tickets::*;

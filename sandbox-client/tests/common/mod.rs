@@ -69,8 +69,8 @@ pub async fn start(options: Options) -> Result<Sandboxd> {
     if run_as.is_some() {
         std::os::unix::fs::chown(&workspace, Some(65534), Some(65534))?;
     }
-    let mut settings = Settings::from_lookup(|_| None)?;
-    settings.api_key = Some(KEY.to_string());
+    let mut settings =
+        Settings::from_lookup(|name| (name == "SANDBOX_API_KEY").then(|| KEY.to_string()))?;
     settings.workspace = workspace.clone();
     settings.file_roots = vec![workspace.clone()];
     if let Some(display) = options.display {

@@ -19,13 +19,23 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(activity))
 }
 
-/// Work in flight and idle time, excluding this request; then resets the idle clock.
+/// Work in flight, idle time (excluding this request) and readiness; then resets the idle
+/// clock.
 #[utoipa::path(get, path = "/v1/activity", tag = "health",
     responses((status = 200, body = ActivityReport)))]
 pub async fn activity(State(state): State<AppState>) -> Json<ActivityReport> {
+    let not_ready: Vec<String> = state
+        .supervisor
+        .status()
+        .iter()
+        .filter(|p| p.required && p.state != supervisor::ProgramState::Ready)
+        .map(|p| format!("{} ({})", p.name, p.state.as_str()))
+        .collect();
     let report = ActivityReport {
         in_flight: state.activity.in_flight(),
         idle_secs: state.activity.idle_for().as_secs_f64(),
+        ready: not_ready.is_empty(),
+        not_ready,
     };
     state.activity.touch();
     Json(report)

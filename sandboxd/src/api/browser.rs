@@ -33,10 +33,6 @@ use crate::browser::{
 const MAX_TIMEOUT_SECS: f64 = 300.0;
 /// `timeout` when none is given, in seconds.
 const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
-/// CDP's port on the container (socat in front of Chromium).
-const CDP_PORT: u16 = 9222;
-/// noVNC's port on the container (websockify).
-const VNC_PORT: u16 = 6080;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -189,20 +185,15 @@ fn done(message: impl Into<String>) -> Json<Envelope<()>> {
     })
 }
 
-/// The `Host` header's host without its port (`[::1]` keeps its brackets).
+/// The `Host` the client reached sandboxd at (host and port), so that reported URLs work as
+/// given through the same port.
 fn request_host(headers: &HeaderMap) -> String {
-    let host = headers
+    headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("localhost");
-    if host.starts_with('[') {
-        match host.find(']') {
-            Some(end) => host[..=end].to_string(),
-            None => host.to_string(),
-        }
-    } else {
-        host.split(':').next().unwrap_or(host).to_string()
-    }
+        .filter(|h| !h.is_empty())
+        .unwrap_or("localhost")
+        .to_string()
 }
 
 /// The browser's CDP endpoint, noVNC page and viewports.
@@ -218,17 +209,18 @@ pub async fn info(
     let info = state.browser.info().await?;
     let host = request_host(&headers);
     let settings = &state.settings.browser;
+    // CDP and noVNC are served on this same port (`/cdp`, `/vnc/`), behind the same key.
     let cdp_url = settings.public_cdp_url.clone().unwrap_or_else(|| {
         if info.ws_path.is_empty() {
-            format!("http://{host}:{CDP_PORT}")
+            format!("http://{host}/cdp")
         } else {
-            format!("ws://{host}:{CDP_PORT}{}", info.ws_path)
+            format!("ws://{host}/cdp{}", info.ws_path)
         }
     });
     let vnc_url = settings
         .public_vnc_url
         .clone()
-        .unwrap_or_else(|| format!("http://{host}:{VNC_PORT}/vnc.html"));
+        .unwrap_or_else(|| format!("http://{host}/vnc/index.html"));
     Ok(Json(Envelope::ok(BrowserInfoResult {
         user_agent: info.user_agent,
         cdp_url,
@@ -879,13 +871,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_without_port() {
+    fn host_keeps_the_port_the_client_used() {
         let mut headers = HeaderMap::new();
         assert_eq!(request_host(&headers), "localhost");
         headers.insert(header::HOST, HeaderValue::from_static("10.0.0.5:8080"));
-        assert_eq!(request_host(&headers), "10.0.0.5");
+        assert_eq!(request_host(&headers), "10.0.0.5:8080");
         headers.insert(header::HOST, HeaderValue::from_static("[fd00::1]:8080"));
-        assert_eq!(request_host(&headers), "[fd00::1]");
+        assert_eq!(request_host(&headers), "[fd00::1]:8080");
         headers.insert(header::HOST, HeaderValue::from_static("box.example"));
         assert_eq!(request_host(&headers), "box.example");
     }

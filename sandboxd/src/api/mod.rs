@@ -11,6 +11,7 @@
 pub mod activity;
 pub mod auth;
 pub mod browser;
+pub mod cdp;
 pub mod desktop;
 pub mod error;
 pub mod extract;
@@ -21,7 +22,9 @@ pub mod openapi;
 pub mod processes;
 pub mod sandbox;
 pub mod shell;
+pub mod tickets;
 pub mod types;
+pub mod vnc;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +58,12 @@ pub struct AppState {
     pub files: Arc<crate::files::Files>,
     /// The browser API's connection to Chromium (made on first use).
     pub browser: Arc<crate::browser::BrowserService>,
+    /// Authenticated connections to the VNC server for viewers.
+    pub vnc: Arc<crate::vnc::VncGateway>,
+    /// Tickets and viewer sessions for browsers.
+    pub tickets: Arc<crate::tickets::Tickets>,
+    /// HTTP client for loopback services (Chromium's DevTools endpoint).
+    pub http: reqwest::Client,
     request_ids: Arc<AtomicU64>,
 }
 
@@ -69,9 +78,24 @@ impl AppState {
             activity.clone(),
         ));
         let desktop = Arc::new(DesktopSession::new(settings.display.clone()));
+        let vnc = crate::vnc::VncGateway::new(
+            settings.vnc.clone(),
+            crate::vnc::VncPasswords::generate(),
+            supervisor.clone(),
+        );
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .no_proxy()
+            .build()
+            // A client without TLS or proxies only fails to build on a broken resolver setup;
+            // the default client has the same needs.
+            .unwrap_or_default();
         Self {
             files: Arc::new(file::service(&settings)),
             browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
+            vnc: Arc::new(vnc),
+            tickets: Arc::new(crate::tickets::Tickets::new()),
+            http,
             supervisor,
             settings,
             activity,
@@ -84,6 +108,16 @@ impl AppState {
     /// Replaces the shell (tests use their own limits and user).
     pub fn with_shell(mut self, shell: Arc<Shell>) -> Self {
         self.shell = shell;
+        self
+    }
+
+    /// Uses `passwords` for the VNC server (the ones written to its password file).
+    pub fn with_vnc_passwords(mut self, passwords: crate::vnc::VncPasswords) -> Self {
+        self.vnc = Arc::new(crate::vnc::VncGateway::new(
+            self.settings.vnc.clone(),
+            passwords,
+            self.supervisor.clone(),
+        ));
         self
     }
 }
@@ -99,6 +133,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(shell::routes())
         .merge(file::routes())
         .merge(browser::routes())
+        .merge(tickets::routes())
 }
 
 /// The generated OpenAPI document of the whole API.
@@ -115,11 +150,13 @@ pub fn router(state: AppState) -> Router {
     let (protected, _) = protected_routes().split_for_parts();
     let protected = protected
         .merge(openapi::routes())
+        .merge(cdp::routes())
+        .merge(vnc::keyed_routes())
         .merge(
             Router::new()
                 .nest_service(
                     "/mcp",
-                    mcp::service(state.clone(), state.settings.mcp_allowed_origins.clone()),
+                    mcp::service(state.clone(), state.settings.allowed_origins.clone()),
                 )
                 .layer(middleware::from_fn_with_state(
                     file::write_body_limit(state.files.limits()),
@@ -134,9 +171,19 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             track_activity,
         ));
+    let viewer = vnc::viewer_routes()
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key_or_viewer,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            track_activity,
+        ));
     let (public, _) = health::public_routes().split_for_parts();
     public
         .merge(protected)
+        .merge(viewer)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))

@@ -39,13 +39,18 @@ const EXIT_DRAIN: Duration = Duration::from_millis(200);
     responses(
         (status = 101, description = "switching to the WebSocket protocol"),
         (status = 400, description = "not a WebSocket upgrade request", body = ErrorBody),
+        (status = 403, description = "the request's Origin is not allowed", body = ErrorBody),
         (status = 409, description = "a terminal with this session_id is open", body = ErrorBody),
     ))]
 pub async fn terminal_ws(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     AioQuery(query): AioQuery<TerminalQuery>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
+    // A web page must not open a terminal from a user's browser (WebSockets skip CORS).
+    agentbox_http::origin::check(&headers, &state.settings.allowed_origins)
+        .map_err(|e| ApiError::forbidden(e.to_string()))?;
     let upgrade = upgrade.map_err(|rejection| {
         ApiError::new(
             rejection.status(),

@@ -1,17 +1,34 @@
 //! The WebSocket relay on its own, in-process: a real upstream echo server (tokio-tungstenite),
 //! the relay behind a real axum server, a real client. Text, binary and large messages pass
-//! both ways; the stop signal closes the session; the RFB filter sits in the client-to-server
-//! direction only.
+//! both ways; the stop signal closes the session with its reason; a filter decides what passes
+//! upstream, sees what comes back, and can end the session.
 
 use std::time::Duration;
 
+use agentbox_http::ws::{self, RelayFilter};
 use axum::extract::WebSocketUpgrade;
 use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
-use orchestrator::proxy::rfb::RfbClientFilter;
-use orchestrator::proxy::ws;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
+
+/// Drops the byte 0xFF from what the client sends, and ends the session when the upstream
+/// sends the word "bye".
+struct DropFf;
+
+impl RelayFilter for DropFf {
+    fn client_bytes(&mut self, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        Ok(bytes.iter().copied().filter(|b| *b != 0xff).collect())
+    }
+
+    fn upstream_bytes(&mut self, bytes: &[u8]) -> Result<(), String> {
+        if bytes == b"bye" {
+            Err("upstream said bye".into())
+        } else {
+            Ok(())
+        }
+    }
+}
 
 /// An upstream that echoes every data message.
 async fn echo_server() -> anyhow::Result<String> {
@@ -43,9 +60,12 @@ async fn relay_server(upstream: String) -> anyhow::Result<String> {
     let make = |mode: &'static str| {
         let upstream = upstream.clone();
         get(move |upgrade: WebSocketUpgrade| async move {
-            let target = ws::connect(&upstream, None, None).await.expect("upstream");
+            let target = ws::connect(&upstream, &[], 16 * 1024 * 1024)
+                .await
+                .expect("upstream");
             upgrade.on_upgrade(move |socket| async move {
-                let filter = (mode == "view").then(RfbClientFilter::view);
+                let filter: Option<Box<dyn RelayFilter>> =
+                    (mode == "filter").then(|| Box::new(DropFf) as Box<dyn RelayFilter>);
                 let stop = async move {
                     if mode == "stop" {
                         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -60,7 +80,7 @@ async fn relay_server(upstream: String) -> anyhow::Result<String> {
     };
     let app = axum::Router::new()
         .route("/plain", make("plain"))
-        .route("/view", make("view"))
+        .route("/filter", make("filter"))
         .route("/stop", make("stop"));
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -102,34 +122,25 @@ async fn messages_pass_both_ways_and_stop_closes() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn the_view_filter_drops_input_in_the_relay() -> anyhow::Result<()> {
+async fn the_filter_shapes_client_bytes_sees_upstream_bytes_and_refuses_text() -> anyhow::Result<()>
+{
     let front = relay_server(echo_server().await?).await?;
-    let (mut socket, _) = tokio_tungstenite::connect_async(format!("{front}/view")).await?;
-    // Handshake and a pointer event in one frame, then a FramebufferUpdateRequest: the echo
-    // returns only what passed the filter.
-    let mut first = b"RFB 003.008\n".to_vec();
-    first.extend([1, 0, 5, 0, 0, 10, 0, 10]);
-    socket.send(Message::Binary(first.into())).await?;
-    let mut echoed = Vec::new();
-    while echoed.len() < 14 {
-        if let Message::Binary(bytes) = next_data(&mut socket).await? {
-            echoed.extend_from_slice(&bytes);
-        }
-    }
-    assert_eq!(&echoed[..12], b"RFB 003.008\n");
-    assert_eq!(
-        &echoed[12..],
-        &[1, 1],
-        "security type, ClientInit forced shared; no pointer event"
-    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("{front}/filter")).await?;
     socket
-        .send(Message::Binary(vec![3u8, 0, 0, 0, 0, 0, 0, 8, 0, 8].into()))
+        .send(Message::Binary(vec![1u8, 0xff, 2, 0xff, 3].into()))
         .await?;
     assert_eq!(
         next_data(&mut socket).await?,
-        Message::Binary(vec![3u8, 0, 0, 0, 0, 0, 0, 8, 0, 8].into())
+        Message::Binary(vec![1u8, 2, 3].into())
     );
-    // Text is not RFB: the session is closed.
+    // The echo of "bye" comes back from upstream: the filter ends the session.
+    socket.send(Message::Binary(b"bye".to_vec().into())).await?;
+    match next_data(&mut socket).await? {
+        Message::Close(Some(frame)) => assert_eq!(frame.reason.as_str(), "upstream said bye"),
+        other => anyhow::bail!("expected a close frame, got {other:?}"),
+    }
+    // Text frames do not pass a filtered session.
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("{front}/filter")).await?;
     socket.send(Message::Text("keys".into())).await?;
     assert!(matches!(
         next_data(&mut socket).await,

@@ -1,0 +1,267 @@
+//! What sandboxes may reach on the network, enforced outside them with the host's iptables.
+//!
+//! An agent in a sandbox is an attacker: it must reach neither this host (the orchestrator, the
+//! Docker API if exposed on TCP, anything listening on 0.0.0.0), nor other sandboxes, nor
+//! private networks and cloud metadata (169.254.169.254). Two chains per sandbox network,
+//! hooked on the network's bridge interface:
+//!
+//! - `ABX-F-<hash>` in `DOCKER-USER` (or `FORWARD`): traffic leaving through the host. Replies
+//!   pass; allow-listed destinations pass; with [`EgressPolicy::Public`] private, loopback,
+//!   link-local, CGNAT, benchmark, multicast and reserved ranges are dropped and the rest (the
+//!   internet) passes; with [`EgressPolicy::None`] everything is dropped.
+//! - `ABX-I-<hash>` in `INPUT`: traffic to the host itself. Replies to connections the host
+//!   opened (the orchestrator talking to sandboxd) pass; allow-listed destinations pass;
+//!   everything else is dropped.
+//!
+//! The rules are rebuilt at every start (idempotent), and stay in place while the orchestrator
+//! is down, since sandboxes keep running. DNS keeps working: Docker's resolver for a
+//! container answers inside the container's own network namespace. IPv4 only: sandbox networks
+//! are created without IPv6.
+
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use sha2::{Digest, Sha256};
+
+/// The policy (`--egress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EgressPolicy {
+    /// The public internet only.
+    Public,
+    /// Nothing at all.
+    None,
+    /// No enforcement: sandboxes reach whatever the host's network allows (not recommended).
+    Unrestricted,
+}
+
+/// Ranges a sandbox never reaches under [`EgressPolicy::Public`] (RFC 6890 special-purpose
+/// blocks that are not globally reachable, plus multicast).
+pub const BLOCKED_RANGES: [&str; 11] = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+
+/// Errors applying the rules.
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    #[error(
+        "cannot run iptables to enforce the egress policy ({0}); run the orchestrator as root or \
+         with CAP_NET_ADMIN and iptables installed, or pass --egress unrestricted to skip it"
+    )]
+    Unavailable(String),
+    #[error("iptables {args}: {message}")]
+    Failed { args: String, message: String },
+}
+
+/// The rules for one network.
+#[derive(Debug, Clone)]
+pub struct EgressRules {
+    /// The network's bridge interface on the host.
+    pub bridge: String,
+    pub policy: EgressPolicy,
+    pub allow: Vec<Ipv4Net>,
+}
+
+impl EgressRules {
+    fn suffix(&self) -> String {
+        hex::encode(&Sha256::digest(self.bridge.as_bytes())[..4])
+    }
+
+    /// The chain for traffic through the host.
+    pub fn forward_chain(&self) -> String {
+        format!("ABX-F-{}", self.suffix())
+    }
+
+    /// The chain for traffic to the host.
+    pub fn input_chain(&self) -> String {
+        format!("ABX-I-{}", self.suffix())
+    }
+
+    /// The iptables commands (argument lists) that build both chains' contents.
+    pub fn chain_rules(&self) -> Vec<Vec<String>> {
+        let forward = self.forward_chain();
+        let input = self.input_chain();
+        let mut rules: Vec<Vec<String>> = Vec::new();
+        let rule = |chain: &str, tail: &[&str]| -> Vec<String> {
+            let mut args = vec!["-A".to_string(), chain.to_string()];
+            args.extend(tail.iter().map(|s| s.to_string()));
+            args
+        };
+        for chain in [&forward, &input] {
+            rules.push(rule(
+                chain,
+                &[
+                    "-m",
+                    "conntrack",
+                    "--ctstate",
+                    "ESTABLISHED,RELATED",
+                    "-j",
+                    "RETURN",
+                ],
+            ));
+            for net in &self.allow {
+                rules.push(rule(chain, &["-d", &net.to_string(), "-j", "RETURN"]));
+            }
+        }
+        match self.policy {
+            EgressPolicy::Public => {
+                for range in BLOCKED_RANGES {
+                    rules.push(rule(&forward, &["-d", range, "-j", "DROP"]));
+                }
+                rules.push(rule(&forward, &["-j", "RETURN"]));
+            }
+            EgressPolicy::None | EgressPolicy::Unrestricted => {
+                rules.push(rule(&forward, &["-j", "DROP"]));
+            }
+        }
+        rules.push(rule(&input, &["-j", "DROP"]));
+        rules
+    }
+}
+
+async fn iptables(args: &[String]) -> Result<std::process::Output, EgressError> {
+    tokio::process::Command::new("iptables")
+        .arg("-w")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| EgressError::Unavailable(e.to_string()))
+}
+
+async fn must(args: &[String]) -> Result<(), EgressError> {
+    let output = iptables(args).await?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let message = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    if message.contains("Permission denied") || message.contains("you must be root") {
+        return Err(EgressError::Unavailable(message));
+    }
+    Err(EgressError::Failed {
+        args: args.join(" "),
+        message,
+    })
+}
+
+async fn succeeds(args: &[String]) -> Result<bool, EgressError> {
+    Ok(iptables(args).await?.status.success())
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// Builds (or rebuilds) the chains and hooks them in, first in their parent chains.
+pub async fn apply(rules: &EgressRules) -> Result<(), EgressError> {
+    if rules.policy == EgressPolicy::Unrestricted {
+        tracing::warn!(bridge = %rules.bridge, "--egress unrestricted: sandboxes can reach this host, other sandboxes and private networks");
+        return Ok(());
+    }
+    let forward = rules.forward_chain();
+    let input = rules.input_chain();
+    for chain in [&forward, &input] {
+        // -N fails when the chain exists; -F then empties it.
+        let _ = succeeds(&strings(&["-N", chain])).await?;
+        must(&strings(&["-F", chain])).await?;
+    }
+    for rule in rules.chain_rules() {
+        must(&rule).await?;
+    }
+    let parent = if succeeds(&strings(&["-L", "DOCKER-USER", "-n"])).await? {
+        "DOCKER-USER"
+    } else {
+        "FORWARD"
+    };
+    for (parent, chain) in [(parent, &forward), ("INPUT", &input)] {
+        let hook = strings(&["-i", &rules.bridge, "-j", chain]);
+        let mut check = strings(&["-C", parent]);
+        check.extend(hook.iter().cloned());
+        if !succeeds(&check).await? {
+            let mut insert = strings(&["-I", parent, "1"]);
+            insert.extend(hook);
+            must(&insert).await?;
+        }
+    }
+    tracing::info!(bridge = %rules.bridge, policy = ?rules.policy, allow = ?rules.allow, "egress rules in place");
+    Ok(())
+}
+
+/// Whether an address is one a sandbox may reach under `Public` without an allow-list entry.
+pub fn is_public(address: Ipv4Addr) -> bool {
+    !BLOCKED_RANGES
+        .iter()
+        .filter_map(|r| r.parse::<Ipv4Net>().ok())
+        .any(|net| net.contains(&address))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_policy_drops_private_ranges_and_the_host() {
+        let rules = EgressRules {
+            bridge: "abx-12345678".into(),
+            policy: EgressPolicy::Public,
+            allow: vec!["10.9.0.0/16".parse().unwrap()],
+        };
+        let text: Vec<String> = rules.chain_rules().iter().map(|r| r.join(" ")).collect();
+        let forward = rules.forward_chain();
+        let input = rules.input_chain();
+        assert!(forward.len() <= 28 && input.len() <= 28);
+        // Allow-list before the drops; replies first of all.
+        let position = |needle: &str| text.iter().position(|r| r == needle).unwrap();
+        let replies = position(&format!(
+            "-A {forward} -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN"
+        ));
+        let allowed = position(&format!("-A {forward} -d 10.9.0.0/16 -j RETURN"));
+        let private = position(&format!("-A {forward} -d 10.0.0.0/8 -j DROP"));
+        let metadata = position(&format!("-A {forward} -d 169.254.0.0/16 -j DROP"));
+        assert!(replies < allowed && allowed < private && private < metadata);
+        assert_eq!(text.last().unwrap(), &format!("-A {input} -j DROP"));
+        assert!(text.contains(&format!("-A {forward} -j RETURN")));
+    }
+
+    #[test]
+    fn none_policy_drops_everything() {
+        let rules = EgressRules {
+            bridge: "abx-1".into(),
+            policy: EgressPolicy::None,
+            allow: vec![],
+        };
+        let text: Vec<String> = rules.chain_rules().iter().map(|r| r.join(" ")).collect();
+        assert!(text.contains(&format!("-A {} -j DROP", rules.forward_chain())));
+        assert!(
+            !text
+                .iter()
+                .any(|r| r.ends_with("-j RETURN") && !r.contains("ctstate"))
+        );
+    }
+
+    #[test]
+    fn public_means_not_in_a_special_range() {
+        for private in [
+            "10.1.2.3",
+            "172.17.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "127.0.0.1",
+            "100.64.1.1",
+            "224.0.0.251",
+        ] {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+        }
+        for public in ["1.1.1.1", "198.51.100.7", "203.0.113.9", "8.8.8.8"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+}
