@@ -1,34 +1,21 @@
-//! The orchestrator's client for sandboxd's own routes: readiness while a sandbox starts, and
-//! the heartbeat (`GET /v1/activity`) that keeps its dead-man switch from firing and reports
-//! work in flight.
+//! The orchestrator's calls to sandboxd's own routes, through `sandbox_client`: readiness while a
+//! sandbox starts, and the heartbeat (`GET /v1/activity`) that keeps its dead-man switch from
+//! firing and reports work in flight. One connection pool serves every sandbox.
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use sandbox_client::{ClientConfig, ClientError, SandboxClient};
 
 use crate::backend::SANDBOXD_PORT;
 
-/// sandboxd's answer to the heartbeat.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ActivityReport {
-    pub in_flight: usize,
-    #[allow(dead_code)]
-    pub idle_secs: f64,
-    /// Whether every required program is ready (older sandboxd versions do not say: assume so).
-    #[serde(default = "assume_ready")]
-    pub ready: bool,
-    #[serde(default)]
-    pub not_ready: Vec<String>,
-}
-
-fn assume_ready() -> bool {
-    true
-}
+pub use sandbox_client::types::ActivityReport;
 
 /// Talks to sandboxd over the sandbox network.
 #[derive(Debug, Clone)]
 pub struct SandboxdClient {
+    /// The pool shared by the per-sandbox clients.
     http: reqwest::Client,
+    config: ClientConfig,
 }
 
 impl Default for SandboxdClient {
@@ -39,65 +26,57 @@ impl Default for SandboxdClient {
 
 impl SandboxdClient {
     pub fn new() -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(5))
-            .connect_timeout(Duration::from_secs(2))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
+        let config = ClientConfig {
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            readiness_timeout: Duration::from_secs(2),
+            pool_idle_timeout: Duration::from_secs(30),
+            ..ClientConfig::default()
+        };
+        let http = config
+            .http_client()
             // Building a client without TLS or proxies only fails on a broken system resolver
             // setup; the default client has the same needs.
             .unwrap_or_default();
-        Self { http }
+        Self { http, config }
     }
 
-    fn url(address: &str, path: &str) -> String {
-        format!("http://{address}:{SANDBOXD_PORT}{path}")
+    /// The client for the sandboxd at `address` with its key.
+    fn sandbox(&self, address: &str, key: &str) -> Result<SandboxClient, ClientError> {
+        SandboxClient::with_http(
+            self.http.clone(),
+            &format!("http://{address}:{SANDBOXD_PORT}"),
+            Some(key),
+            &self.config,
+        )
     }
 
-    /// `GET /readyz`: `Ok(true)` when ready, `Ok(false)` when sandboxd answers "not yet",
-    /// `Err` with a description when it does not answer.
-    pub async fn ready(&self, address: &str, key: &str) -> Result<bool, String> {
-        let response = self
-            .http
-            .get(Self::url(address, "/readyz"))
-            .bearer_auth(key)
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(response.status().is_success())
+    /// `GET /readyz`: `Ok(true)` when ready, `Ok(false)` when sandboxd answers "not yet" (or
+    /// anything but a readiness report), `Err` when it does not answer.
+    pub async fn ready(&self, address: &str, key: &str) -> Result<bool, ClientError> {
+        match self.sandbox(address, key)?.readyz().await {
+            Ok(readiness) => Ok(readiness.ready),
+            Err(ClientError::Status { .. } | ClientError::Decode { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
-    /// Like [`ready`](Self::ready), returning the body of a "not ready" answer.
+    /// Like [`ready`](Self::ready), describing the answer: the status and sandboxd's message
+    /// (which names the programs that are not ready), or why there was none.
     pub async fn readiness_message(&self, address: &str, key: &str) -> String {
-        match self
-            .http
-            .get(Self::url(address, "/readyz"))
-            .bearer_auth(key)
-            .send()
-            .await
-        {
-            Ok(response) => format!(
-                "{} {}",
-                response.status().as_u16(),
-                response.text().await.unwrap_or_default()
-            ),
+        let answer = match self.sandbox(address, key) {
+            Ok(sandbox) => sandbox.readyz().await,
+            Err(error) => Err(error),
+        };
+        match answer {
+            Ok(readiness) if readiness.ready => format!("200 {}", readiness.message),
+            Ok(readiness) => format!("503 {}", readiness.message),
             Err(error) => error.to_string(),
         }
     }
 
     /// The heartbeat.
-    pub async fn activity(&self, address: &str, key: &str) -> Result<ActivityReport, String> {
-        let response = self
-            .http
-            .get(Self::url(address, "/v1/activity"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if !response.status().is_success() {
-            return Err(format!("heartbeat answered {}", response.status()));
-        }
-        response.json().await.map_err(|e| e.to_string())
+    pub async fn activity(&self, address: &str, key: &str) -> Result<ActivityReport, ClientError> {
+        self.sandbox(address, key)?.activity().await
     }
 }

@@ -16,6 +16,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{AioJson, AioQuery};
+use super::types::{self, ScrollDirection, WaitKind};
 use super::types::{
     BrowserInfoResult, BrowserViewport, ClickRequest, Envelope, ErrorBody, EvaluateRequest,
     FillRequest, HotKeyRequest, HoverRequest, HtmlQuery, MarkdownResult, NavigateRequest,
@@ -80,6 +81,47 @@ impl From<BrowserError> for ApiError {
             }
             BrowserError::Timeout { .. } => ApiError::new(StatusCode::GATEWAY_TIMEOUT, message),
             BrowserError::Script(_) => ApiError::internal(message),
+        }
+    }
+}
+
+impl From<types::WaitUntil> for WaitUntil {
+    fn from(wire: types::WaitUntil) -> Self {
+        match wire {
+            types::WaitUntil::Load => WaitUntil::Load,
+            types::WaitUntil::DomContentLoaded => WaitUntil::DomContentLoaded,
+            types::WaitUntil::NetworkIdle => WaitUntil::NetworkIdle,
+            types::WaitUntil::Commit => WaitUntil::Commit,
+        }
+    }
+}
+
+impl From<types::ImageFormat> for ImageFormat {
+    fn from(wire: types::ImageFormat) -> Self {
+        match wire {
+            types::ImageFormat::Png => ImageFormat::Png,
+            types::ImageFormat::Jpeg => ImageFormat::Jpeg,
+        }
+    }
+}
+
+impl From<types::MouseButton> for Button {
+    fn from(wire: types::MouseButton) -> Self {
+        match wire {
+            types::MouseButton::Left => Button::Left,
+            types::MouseButton::Right => Button::Right,
+            types::MouseButton::Middle => Button::Middle,
+        }
+    }
+}
+
+impl From<types::ElementState> for ElementState {
+    fn from(wire: types::ElementState) -> Self {
+        match wire {
+            types::ElementState::Attached => ElementState::Attached,
+            types::ElementState::Detached => ElementState::Detached,
+            types::ElementState::Visible => ElementState::Visible,
+            types::ElementState::Hidden => ElementState::Hidden,
         }
     }
 }
@@ -207,18 +249,7 @@ pub async fn navigate(
     State(state): State<AppState>,
     AioJson(request): AioJson<NavigateRequest>,
 ) -> Result<Json<Envelope<PageStateResult>>, ApiError> {
-    let until = match request.wait_until.as_deref() {
-        None => WaitUntil::Load,
-        Some(text) => WaitUntil::parse(text).ok_or_else(|| {
-            ApiError::invalid(
-                "wait_until",
-                format!(
-                    "`wait_until` must be one of {}, got {text:?}",
-                    WaitUntil::NAMES
-                ),
-            )
-        })?,
-    };
+    let until = request.wait_until.map_or(WaitUntil::Load, WaitUntil::from);
     let limit = seconds("timeout", request.timeout, DEFAULT_TIMEOUT_SECS)?;
     if request.url.trim().is_empty() {
         return Err(ApiError::invalid("url", "`url` must not be empty"));
@@ -320,15 +351,7 @@ pub async fn screenshot(
     State(state): State<AppState>,
     AioQuery(query): AioQuery<ScreenshotQuery>,
 ) -> Result<Response, ApiError> {
-    let format = match query.format.as_deref() {
-        None => ImageFormat::Png,
-        Some(text) => ImageFormat::parse(text).ok_or_else(|| {
-            ApiError::invalid_at(
-                vec!["query".into(), "format".into()],
-                format!("`format` must be png or jpeg, got {text:?}"),
-            )
-        })?,
-    };
+    let format = query.format.map_or(ImageFormat::Png, ImageFormat::from);
     let quality = match query.quality {
         None => None,
         Some(q) if (0..=100).contains(&q) => Some(q as u8),
@@ -484,15 +507,7 @@ pub async fn click(
     AioJson(request): AioJson<ClickRequest>,
 ) -> Result<Json<Envelope<PointerResult>>, ApiError> {
     let target = mouse_target(&request.selector, request.index, request.x, request.y)?;
-    let button = match request.button.as_deref() {
-        None => Button::Left,
-        Some(text) => Button::parse(text).ok_or_else(|| {
-            ApiError::invalid(
-                "button",
-                format!("`button` must be left, right or middle, got {text:?}"),
-            )
-        })?,
-    };
+    let button = request.button.map_or(Button::Left, Button::from);
     let count = integer("click_count", request.click_count, 1, 1, 3)? as u8;
     let pointed = state.browser.click(&target, button, count).await?;
     Ok(Json(Envelope::ok(pointer_result(pointed))))
@@ -630,22 +645,11 @@ pub async fn scroll(
             format!("`amount` must be from 0 to 1000000 pixels, got {amount}"),
         ));
     }
-    let (dx, dy) = match request
-        .direction
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        None | Some("down") => (0.0, amount),
-        Some("up") => (0.0, -amount),
-        Some("right") => (amount, 0.0),
-        Some("left") => (-amount, 0.0),
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "direction",
-                format!("`direction` must be up, down, left or right, got {other:?}"),
-            ));
-        }
+    let (dx, dy) = match request.direction.unwrap_or(ScrollDirection::Down) {
+        ScrollDirection::Down => (0.0, amount),
+        ScrollDirection::Up => (0.0, -amount),
+        ScrollDirection::Right => (amount, 0.0),
+        ScrollDirection::Left => (-amount, 0.0),
     };
     let position = state.browser.scroll_by(dx, dy).await?;
     Ok(Json(Envelope::ok(ScrollResult {
@@ -725,25 +729,16 @@ pub async fn wait(
     AioJson(request): AioJson<WaitRequest>,
 ) -> Result<Json<Envelope<WaitResult>>, ApiError> {
     let limit = seconds("timeout", request.timeout, DEFAULT_TIMEOUT_SECS)?;
-    let kind = request.kind.trim().to_ascii_lowercase();
-    let condition = match kind.as_str() {
-        "selector" => Condition::Selector {
+    let kind = request.kind;
+    let condition = match kind {
+        WaitKind::Selector => Condition::Selector {
             selector: required("selector", &request.selector)?.to_string(),
-            state: match request.state.as_deref() {
-                None => ElementState::Visible,
-                Some(text) => ElementState::parse(text).ok_or_else(|| {
-                    ApiError::invalid(
-                        "state",
-                        format!(
-                            "`state` must be one of {}, got {text:?}",
-                            ElementState::NAMES
-                        ),
-                    )
-                })?,
-            },
+            state: request
+                .state
+                .map_or(ElementState::Visible, ElementState::from),
         },
-        "load" => Condition::Load,
-        "url" => {
+        WaitKind::Load => Condition::Load,
+        WaitKind::Url => {
             let url = request
                 .url
                 .as_deref()
@@ -752,8 +747,8 @@ pub async fn wait(
                 .ok_or_else(|| ApiError::invalid("url", "`url` (or `url_pattern`) is required"))?;
             Condition::Url(url.to_string())
         }
-        "network_idle" | "networkidle" => Condition::NetworkIdle,
-        "function" => {
+        WaitKind::NetworkIdle => Condition::NetworkIdle,
+        WaitKind::Function => {
             let expression = required("expression", &request.expression)?.to_string();
             let polling = request
                 .polling
@@ -771,15 +766,7 @@ pub async fn wait(
                 polling,
             }
         }
-        "timeout" => Condition::Time(limit),
-        other => {
-            return Err(ApiError::invalid(
-                "type",
-                format!(
-                    "`type` must be one of selector, load, url, network_idle, function, timeout; got {other:?}"
-                ),
-            ));
-        }
+        WaitKind::Timeout => Condition::Time(limit),
     };
     match state.browser.wait(&condition, limit).await {
         Ok(waited) => Ok(Json(Envelope::ok(WaitResult {

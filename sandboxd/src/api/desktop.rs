@@ -16,8 +16,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{AioJson, AioQuery};
 use super::types::{
-    ActionData, ActionResponse, CursorPosition, DesktopAction, DesktopScreenshotQuery, ErrorBody,
-    SettleInfo,
+    self, ActionData, ActionResponse, CursorPosition, DesktopAction, DesktopScreenshotQuery,
+    ErrorBody, ScreenshotInfo, SettleInfo,
 };
 use crate::desktop_session::DesktopSession;
 
@@ -57,15 +57,16 @@ pub async fn screenshot(
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(image.mime));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    for (name, value) in [
-        ("x-screen-width", image.screen_width.to_string()),
-        ("x-screen-height", image.screen_height.to_string()),
-        ("x-image-width", image.width.to_string()),
-        ("x-image-height", image.height.to_string()),
-        ("x-screenshot-id", shot.id.to_string()),
-        ("x-scale-x", format!("{:.6}", image.scale_x)),
-        ("x-scale-y", format!("{:.6}", image.scale_y)),
-    ] {
+    let info = ScreenshotInfo {
+        id: shot.id,
+        screen_width: image.screen_width,
+        screen_height: image.screen_height,
+        image_width: image.width,
+        image_height: image.height,
+        scale_x: image.scale_x,
+        scale_y: image.scale_y,
+    };
+    for (name, value) in info.headers() {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
@@ -84,14 +85,9 @@ pub async fn take_screenshot(
     state: &AppState,
     query: &DesktopScreenshotQuery,
 ) -> Result<Screenshot, ApiError> {
-    let format = match query
-        .format
-        .as_deref()
-        .map(str::to_ascii_lowercase)
-        .as_deref()
-    {
-        None | Some("png") => ImageFormat::Png,
-        Some("jpeg" | "jpg") => {
+    let format = match query.format {
+        None | Some(types::ImageFormat::Png) => ImageFormat::Png,
+        Some(types::ImageFormat::Jpeg) => {
             let quality = query.quality.unwrap_or(80);
             if !(1..=100).contains(&quality) {
                 return Err(ApiError::invalid_at(
@@ -100,12 +96,6 @@ pub async fn take_screenshot(
                 ));
             }
             ImageFormat::Jpeg { quality }
-        }
-        Some(other) => {
-            return Err(ApiError::invalid_at(
-                vec!["query".into(), "format".into()],
-                format!("format must be png or jpeg, got {other:?}"),
-            ));
         }
     };
     for (name, value) in [
@@ -163,7 +153,7 @@ pub async fn actions(
     Ok(Json(ActionResponse {
         success: true,
         message: format!("{} performed", data.action_performed),
-        status: "success",
+        status: "success".into(),
         action_performed: data.action_performed.clone(),
         data,
     }))
@@ -221,7 +211,7 @@ pub async fn perform(state: &AppState, action: DesktopAction) -> Result<ActionDa
     let session = state.desktop.clone();
     let (x, y) = blocking(move || session.with(|d| d.cursor_position())).await?;
     Ok(ActionData {
-        status: "success",
+        status: "success".into(),
         action_performed: name.to_string(),
         cursor: Some(CursorPosition { x, y }),
         settle,
@@ -289,12 +279,12 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
             screenshot_id,
         } => Resolved::Click {
             at: at(x, y, screenshot_id)?,
-            button: button_named(button.as_deref())?,
+            button: button_named(button),
             count: num_clicks.unwrap_or(1),
             modifiers: modifiers.unwrap_or_default(),
         },
-        DesktopAction::MouseDown { button } => Resolved::Down(button_named(button.as_deref())?),
-        DesktopAction::MouseUp { button } => Resolved::Up(button_named(button.as_deref())?),
+        DesktopAction::MouseDown { button } => Resolved::Down(button_named(button)),
+        DesktopAction::MouseUp { button } => Resolved::Up(button_named(button)),
         DesktopAction::RightClick {
             x,
             y,
@@ -332,7 +322,7 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
             screenshot_id,
         } => Resolved::DragFromPointer(
             point(session, x, y, screenshot_id)?,
-            button_named(button.as_deref())?,
+            button_named(button),
             false,
         ),
         DesktopAction::DragRel { x_offset, y_offset } => Resolved::DragFromPointer(
@@ -366,31 +356,21 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
                 .iter()
                 .map(|[x, y]| point(session, *x, *y, screenshot_id))
                 .collect::<Result<Vec<_>, _>>()?;
-            Resolved::Drag(points, button_named(button.as_deref())?, step)
+            Resolved::Drag(points, button_named(button), step)
         }
         DesktopAction::Scroll {
             dx,
             dy,
             x,
             y,
-            unit,
+            // The only unit is `notches`; the wire type refuses any other.
+            unit: _,
             screenshot_id,
-        } => {
-            match unit.as_deref() {
-                None | Some("notches") | Some("notch") => {}
-                Some(other) => {
-                    return Err(ApiError::invalid(
-                        "unit",
-                        format!("unit must be \"notches\" (wheel clicks), got {other:?}"),
-                    ));
-                }
-            }
-            Resolved::Scroll {
-                at: at(x, y, screenshot_id)?,
-                dx: dx.unwrap_or(0),
-                dy: dy.unwrap_or(0),
-            }
-        }
+        } => Resolved::Scroll {
+            at: at(x, y, screenshot_id)?,
+            dx: dx.unwrap_or(0),
+            dy: dy.unwrap_or(0),
+        },
         DesktopAction::Typing {
             text,
             use_clipboard,
@@ -527,15 +507,14 @@ fn offset(field: &str, value: f64) -> Result<i32, ApiError> {
     Ok(value.round() as i32)
 }
 
-fn button_named(name: Option<&str>) -> Result<Button, ApiError> {
+/// The desktop button of a wire name (left when absent).
+fn button_named(name: Option<types::DesktopButton>) -> Button {
     match name {
-        None => Ok(Button::Left),
-        Some(name) => Button::from_name(name).ok_or_else(|| {
-            ApiError::invalid(
-                "button",
-                format!("button must be left, right or middle, got {name:?}"),
-            )
-        }),
+        None | Some(types::DesktopButton::Left) => Button::Left,
+        Some(types::DesktopButton::Middle) => Button::Middle,
+        Some(types::DesktopButton::Right) => Button::Right,
+        Some(types::DesktopButton::Back) => Button::Back,
+        Some(types::DesktopButton::Forward) => Button::Forward,
     }
 }
 

@@ -23,8 +23,8 @@ pub fn protected_routes() -> OpenApiRouter<AppState> {
     responses((status = 200, description = "sandboxd is alive", body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
-        status: "ok",
-        version: env!("CARGO_PKG_VERSION"),
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
     })
 }
 
@@ -41,7 +41,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readines
         .filter(|p| p.required && p.state != supervisor::ProgramState::Ready)
         .map(|p| NotReady {
             name: p.name.clone(),
-            state: p.state.as_str(),
+            state: p.state.as_str().into(),
         })
         .collect();
     let ready = not_ready.is_empty();

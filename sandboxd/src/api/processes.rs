@@ -94,7 +94,7 @@ fn rfc3339(time: Option<SystemTime>) -> Option<String> {
 fn process_info(p: &ProgramStatus) -> ProcessInfo {
     ProcessInfo {
         name: p.name.clone(),
-        state: p.state.as_str(),
+        state: p.state.as_str().into(),
         pid: p.pid,
         restarts: p.restarts,
         failures: p.failures,

@@ -80,14 +80,6 @@ pub enum ImageFormat {
 }
 
 impl ImageFormat {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.to_ascii_lowercase().as_str() {
-            "png" => Some(Self::Png),
-            "jpeg" | "jpg" => Some(Self::Jpeg),
-            _ => None,
-        }
-    }
-
     pub fn content_type(self) -> &'static str {
         match self {
             Self::Png => "image/png",
@@ -270,9 +262,6 @@ mod tests {
 
     #[test]
     fn image_formats() {
-        assert_eq!(ImageFormat::parse("PNG"), Some(ImageFormat::Png));
-        assert_eq!(ImageFormat::parse("jpg"), Some(ImageFormat::Jpeg));
-        assert_eq!(ImageFormat::parse("gif"), None);
         assert_eq!(ImageFormat::Jpeg.content_type(), "image/jpeg");
     }
 }

@@ -42,15 +42,6 @@ pub enum Button {
 }
 
 impl Button {
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.to_ascii_lowercase().as_str() {
-            "left" => Some(Self::Left),
-            "right" => Some(Self::Right),
-            "middle" => Some(Self::Middle),
-            _ => None,
-        }
-    }
-
     fn cdp(self) -> MouseButton {
         match self {
             Self::Left => MouseButton::Left,

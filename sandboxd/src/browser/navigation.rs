@@ -56,18 +56,6 @@ pub enum WaitUntil {
 }
 
 impl WaitUntil {
-    pub const NAMES: &'static str = "load, domcontentloaded, networkidle, commit";
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.to_ascii_lowercase().as_str() {
-            "load" => Some(Self::Load),
-            "domcontentloaded" => Some(Self::DomContentLoaded),
-            "networkidle" | "networkidle0" | "networkidle2" => Some(Self::NetworkIdle),
-            "commit" => Some(Self::Commit),
-            _ => None,
-        }
-    }
-
     /// The name as the API spells it.
     pub fn name(self) -> &'static str {
         match self {
@@ -431,21 +419,6 @@ impl BrowserService {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wait_until_names() {
-        assert_eq!(WaitUntil::parse("load"), Some(WaitUntil::Load));
-        assert_eq!(
-            WaitUntil::parse("DOMContentLoaded"),
-            Some(WaitUntil::DomContentLoaded)
-        );
-        assert_eq!(
-            WaitUntil::parse("networkidle"),
-            Some(WaitUntil::NetworkIdle)
-        );
-        assert_eq!(WaitUntil::parse("commit"), Some(WaitUntil::Commit));
-        assert_eq!(WaitUntil::parse("soon"), None);
-    }
 
     #[test]
     fn progress_follows_the_committed_document_only() {

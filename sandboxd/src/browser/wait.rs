@@ -35,18 +35,6 @@ pub enum ElementState {
 }
 
 impl ElementState {
-    pub const NAMES: &'static str = "attached, detached, visible, hidden";
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.to_ascii_lowercase().as_str() {
-            "attached" => Some(Self::Attached),
-            "detached" => Some(Self::Detached),
-            "visible" => Some(Self::Visible),
-            "hidden" => Some(Self::Hidden),
-            _ => None,
-        }
-    }
-
     fn name(self) -> &'static str {
         match self {
             Self::Attached => "attached",

@@ -1,4 +1,5 @@
 //! Every type that crosses sandboxd's HTTP boundary, in one place: one file per resource.
+//! sandboxd serves them and clients send and read them; each is defined here only.
 //!
 //! JSON routes answer in AIO Sandbox's envelope, `{success, message, data}`; clients written for
 //! AIO parse these shapes unchanged. Request types ignore unknown fields (AIO's SDKs may send
@@ -11,6 +12,7 @@ pub mod common;
 pub mod desktop;
 pub mod file;
 pub mod health;
+mod names;
 pub mod processes;
 pub mod sandbox;
 pub mod shell;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// AIO's `BashCommandStatus`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BashCommandStatus {
     /// Still running (also: an `exec` whose `timeout` passed, or `async_mode`).
@@ -23,7 +23,7 @@ pub enum BashCommandStatus {
 }
 
 /// `POST /v1/shell/exec` (also the `shell_exec` MCP tool's arguments).
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct ShellExecRequest {
     /// The command line, run by bash exactly as typed at a prompt.
     pub command: String,
@@ -58,7 +58,7 @@ pub struct ShellExecRequest {
 }
 
 /// One command as it appeared on the console.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ConsoleRecord {
     /// The prompt, `user@host:dir$ `.
     pub ps1: String,
@@ -67,7 +67,7 @@ pub struct ConsoleRecord {
 }
 
 /// `exec` answer.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellCommandResult {
     pub session_id: String,
     pub command: String,
@@ -82,13 +82,13 @@ pub struct ShellCommandResult {
 }
 
 /// `POST /v1/shell/view`, `/v1/shell/kill`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellSessionRequest {
     pub id: String,
 }
 
 /// `view` answer: the session's latest command.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellViewResult {
     pub output: String,
     pub session_id: String,
@@ -100,7 +100,7 @@ pub struct ShellViewResult {
 }
 
 /// `POST /v1/shell/wait`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 pub struct ShellWaitRequest {
     pub id: String,
     /// Seconds to wait at most.
@@ -112,14 +112,14 @@ pub struct ShellWaitRequest {
     pub max_wait_seconds: Option<f64>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellWaitResult {
     pub status: BashCommandStatus,
     pub exit_code: Option<i32>,
 }
 
 /// `POST /v1/shell/write`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellWriteRequest {
     pub id: String,
     /// Text for the running command's standard input.
@@ -128,12 +128,12 @@ pub struct ShellWriteRequest {
     pub press_enter: bool,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellWriteResult {
     pub status: BashCommandStatus,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellKillResult {
     pub status: BashCommandStatus,
     pub exit_code: Option<i32>,
@@ -142,7 +142,7 @@ pub struct ShellKillResult {
 }
 
 /// `POST /v1/shell/sessions/create` (the body may be empty).
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 pub struct ShellCreateSessionRequest {
     /// An existing id returns that session unchanged.
     #[serde(default)]
@@ -156,27 +156,27 @@ pub struct ShellCreateSessionRequest {
     pub preserve_symlinks: Option<bool>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellCreateSessionResponse {
     pub session_id: String,
     pub working_dir: String,
 }
 
 /// `POST /v1/shell/sessions/update`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellUpdateSessionRequest {
     pub id: String,
     #[serde(default)]
     pub no_change_timeout: Option<f64>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellSessionSettings {
     pub session_id: String,
     pub no_change_timeout: u64,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellSessionStats {
     pub total_sessions: usize,
     /// Sessions running a command.
@@ -188,7 +188,7 @@ pub struct ShellSessionStats {
     pub usage_ratio: f64,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellSessionInfo {
     pub working_dir: String,
     /// RFC 3339.
@@ -202,20 +202,20 @@ pub struct ShellSessionInfo {
 }
 
 /// `GET /v1/shell/sessions`: id -> session.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ActiveShellSessionsResult {
     pub sessions: BTreeMap<String, ShellSessionInfo>,
 }
 
 /// `DELETE /v1/shell/sessions[/{id}]`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellCleanupResult {
     /// Ids of the sessions removed.
     pub removed: Vec<String>,
 }
 
 /// Query of `GET /v1/shell/ws`.
-#[derive(Debug, Deserialize, ToSchema, utoipa::IntoParams)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, utoipa::IntoParams)]
 pub struct TerminalQuery {
     /// Names the terminal (one open terminal per id); generated when absent.
     #[serde(default)]
@@ -224,7 +224,7 @@ pub struct TerminalQuery {
 
 /// A message from the terminal WebSocket's client: `{"type": "input" | "resize" | "pong" |
 /// "ping", "data": ...}`. Input data is text to type; resize data is `{"cols", "rows"}`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct TerminalClientMessage {
     #[serde(rename = "type")]
     pub kind: String,
@@ -234,7 +234,7 @@ pub struct TerminalClientMessage {
 }
 
 /// `resize` data.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct TerminalResize {
     pub cols: f64,
     pub rows: f64,
@@ -243,7 +243,7 @@ pub struct TerminalResize {
 /// A message from sandboxd on the terminal WebSocket: `session_id` (data: the id), `ready`
 /// (data: id, pid, size), `output` (data: text), `ping` (data: unix milliseconds), `exit`
 /// (data: exit code) and `error` (data: what was wrong with a client message).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum TerminalServerMessage {
     SessionId(String),
@@ -254,7 +254,7 @@ pub enum TerminalServerMessage {
     Error(String),
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct TerminalReady {
     pub session_id: String,
     pub pid: i32,

@@ -1,17 +1,17 @@
 //! Liveness and readiness.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// `GET /healthz`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct Health {
-    pub status: &'static str,
-    pub version: &'static str,
+    pub status: String,
+    pub version: String,
 }
 
 /// `GET /readyz`: 200 when every required program is ready, else 503.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct Readiness {
     pub ready: bool,
     /// Required programs that are not ready, with their states.
@@ -19,8 +19,8 @@ pub struct Readiness {
     pub message: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct NotReady {
     pub name: String,
-    pub state: &'static str,
+    pub state: String,
 }

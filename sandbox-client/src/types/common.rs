@@ -1,12 +1,12 @@
 //! The envelope every JSON answer is wrapped in, and the error body.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// AIO's response envelope. `success: false` with a 2xx status means the operation itself failed;
 /// transport, validation and auth problems use 4xx/5xx statuses.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Envelope<T: Serialize> {
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+pub struct Envelope<T> {
     pub success: bool,
     pub message: String,
     pub data: Option<T>,
@@ -14,7 +14,7 @@ pub struct Envelope<T: Serialize> {
     pub hint: Option<String>,
 }
 
-impl<T: Serialize> Envelope<T> {
+impl<T> Envelope<T> {
     pub fn ok(data: T) -> Self {
         Self {
             success: true,
@@ -27,7 +27,7 @@ impl<T: Serialize> Envelope<T> {
 
 /// The body of every error answer: AIO's envelope with `success: false`. Validation errors
 /// (422) also carry FastAPI's `detail` list, which AIO's SDKs parse.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ErrorBody {
     pub success: bool,
     /// What was wrong, naming the field, path or program.
@@ -39,7 +39,7 @@ pub struct ErrorBody {
 }
 
 /// One validation problem, in FastAPI's shape.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ValidationDetail {
     /// Where: `["body", "<field>", ...]` or `["query", "<name>"]`.
     pub loc: Vec<String>,

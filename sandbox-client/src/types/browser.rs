@@ -8,8 +8,66 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::desktop::ImageFormat;
+use super::names::name_enum;
+
+name_enum! {
+    /// When a navigation counts as done (Playwright's `wait_until`): `load` (the load event),
+    /// `domcontentloaded`, `networkidle` (no connections for 500 ms; `networkidle0` and
+    /// `networkidle2` are read as `networkidle`) or `commit` (the response started arriving).
+    pub enum WaitUntil, "wait_until" {
+        Load = "load",
+        DomContentLoaded = "domcontentloaded",
+        NetworkIdle = "networkidle" | "networkidle0" | "networkidle2",
+        Commit = "commit",
+    }
+}
+
+name_enum! {
+    /// A mouse button of a page click.
+    pub enum MouseButton, "button" {
+        Left = "left",
+        Right = "right",
+        Middle = "middle",
+    }
+}
+
+name_enum! {
+    /// Which way a page scrolls.
+    pub enum ScrollDirection, "direction" {
+        Down = "down",
+        Up = "up",
+        Left = "left",
+        Right = "right",
+    }
+}
+
+name_enum! {
+    /// What a page wait waits for: an element (`selector`, with `state`), the `load` event, a
+    /// `url`, `network_idle` (also `networkidle`), a `function` becoming truthy, or a pause
+    /// (`timeout`).
+    pub enum WaitKind, "type" {
+        Selector = "selector",
+        Load = "load",
+        Url = "url",
+        NetworkIdle = "network_idle" | "networkidle",
+        Function = "function",
+        Timeout = "timeout",
+    }
+}
+
+name_enum! {
+    /// The state an element waited for is in.
+    pub enum ElementState, "state" {
+        Attached = "attached",
+        Detached = "detached",
+        Visible = "visible",
+        Hidden = "hidden",
+    }
+}
+
 /// `GET /v1/browser/info`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct BrowserInfoResult {
     pub user_agent: String,
     /// The browser's CDP websocket (`ws://host:9222/devtools/browser/<id>`; it changes when
@@ -24,26 +82,26 @@ pub struct BrowserInfoResult {
     pub page_viewport: Option<BrowserViewport>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct BrowserViewport {
     pub width: u32,
     pub height: u32,
 }
 
 /// `POST /v1/browser/page/navigate`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct NavigateRequest {
     /// An http(s) URL (or `about:blank`). Private and local addresses are refused unless
     /// allowed by configuration.
     pub url: String,
-    /// load (default) | domcontentloaded | networkidle | commit.
-    pub wait_until: Option<String>,
+    /// Default `load`.
+    pub wait_until: Option<WaitUntil>,
     /// Seconds (default 30, at most 300).
     pub timeout: Option<f64>,
 }
 
 /// Where the tab is after a navigation.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct PageStateResult {
     pub url: String,
     pub title: String,
@@ -53,7 +111,7 @@ pub struct PageStateResult {
 }
 
 /// `POST /v1/browser/page/click`: a `selector` or a point (`x`, `y`).
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct ClickRequest {
     /// CSS selector; the element's centre is clicked.
     pub selector: Option<String>,
@@ -61,14 +119,14 @@ pub struct ClickRequest {
     pub index: Option<f64>,
     pub x: Option<f64>,
     pub y: Option<f64>,
-    /// left (default) | right | middle.
-    pub button: Option<String>,
+    /// Default `left`.
+    pub button: Option<MouseButton>,
     /// 1 (default) to 3.
     pub click_count: Option<f64>,
 }
 
 /// `POST /v1/browser/page/hover`: a `selector` or a point.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct HoverRequest {
     pub selector: Option<String>,
     pub index: Option<f64>,
@@ -77,7 +135,7 @@ pub struct HoverRequest {
 }
 
 /// Where a mouse action went.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct PointerResult {
     pub x: f64,
     pub y: f64,
@@ -87,7 +145,7 @@ pub struct PointerResult {
 }
 
 /// `POST /v1/browser/page/fill`: replace a field's content.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FillRequest {
     pub text: String,
     /// CSS selector of an input, textarea or editable element (required).
@@ -97,7 +155,7 @@ pub struct FillRequest {
 }
 
 /// `POST /v1/browser/page/type`: type into the focused element.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct TypeRequest {
     pub text: String,
     /// Milliseconds between characters (default 0, at most 1000).
@@ -105,37 +163,37 @@ pub struct TypeRequest {
 }
 
 /// `POST /v1/browser/page/press_key`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct PressKeyRequest {
     /// A key name (`Enter`, `Tab`, `ArrowDown`, `a`) or a combination (`Control+a`).
     pub key: String,
 }
 
 /// `POST /v1/browser/page/hot_key`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct HotKeyRequest {
     /// Keys pressed together, modifiers first: `["Control", "a"]`.
     pub keys: Vec<String>,
 }
 
 /// `POST /v1/browser/page/scroll`.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct ScrollRequest {
-    /// down (default) | up | left | right.
-    pub direction: Option<String>,
+    /// Default `down`.
+    pub direction: Option<ScrollDirection>,
     /// CSS pixels (default 300).
     pub amount: Option<f64>,
 }
 
 /// `POST /v1/browser/page/scroll_to`.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct ScrollToRequest {
     pub x: Option<f64>,
     pub y: Option<f64>,
 }
 
 /// The scroll position after scrolling.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ScrollResult {
     /// `window`, or the scrollable element that moved.
     pub target: String,
@@ -144,7 +202,7 @@ pub struct ScrollResult {
 }
 
 /// `POST /v1/browser/page/evaluate`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct EvaluateRequest {
     /// JavaScript evaluated in the page. A function expression (`() => document.title`) is
     /// called; promises are awaited. The answer's `data` is the JSON value; an exception is
@@ -155,15 +213,14 @@ pub struct EvaluateRequest {
 }
 
 /// `POST /v1/browser/page/wait`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct WaitRequest {
-    /// selector | load | url | network_idle | function | timeout.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: WaitKind,
     /// For `selector`.
     pub selector: Option<String>,
-    /// For `selector`: attached | detached | visible (default) | hidden.
-    pub state: Option<String>,
+    /// For `selector` (default `visible`).
+    pub state: Option<ElementState>,
     /// For `url`: the URL, or a glob with `*`.
     pub url: Option<String>,
     /// For `url`: a glob with `*` (used when `url` is absent).
@@ -177,10 +234,10 @@ pub struct WaitRequest {
 }
 
 /// What a wait ended with.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct WaitResult {
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: WaitKind,
     pub elapsed_ms: u64,
     /// For `function`: the truthy value; for `url`: the URL.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -189,25 +246,26 @@ pub struct WaitResult {
 }
 
 /// `GET /v1/browser/page/html` query.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 pub struct HtmlQuery {
     /// The whole document (true, default) or the body's inner HTML (false).
     pub outer: Option<bool>,
 }
 
 /// `GET /v1/browser/page/screenshot` query.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 pub struct ScreenshotQuery {
     /// The whole page instead of the viewport (default false).
     pub full_page: Option<bool>,
-    /// png (default) | jpeg.
-    pub format: Option<String>,
+    /// Default `png`.
+    #[param(inline)]
+    pub format: Option<ImageFormat>,
     /// JPEG quality 0..100.
     pub quality: Option<i64>,
 }
 
 /// `GET /v1/browser/page/markdown`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct MarkdownResult {
     pub url: String,
     pub title: String,
@@ -218,7 +276,7 @@ pub struct MarkdownResult {
 
 /// `GET /v1/browser/page/snapshot` (Agentbox; not in AIO): a compact, actionable view of the
 /// page. Every `selector` matches exactly its element when the snapshot was taken.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct PageSnapshot {
     pub url: String,
     pub title: String,
@@ -236,20 +294,20 @@ pub struct PageSnapshot {
     pub counts: SnapshotCounts,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotLink {
     pub text: String,
     pub href: String,
     pub selector: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotButton {
     pub text: String,
     pub selector: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotInput {
     /// Input type (`text`, `email`, `checkbox`...), or `textarea`, `select`, `contenteditable`.
     #[serde(rename = "type")]
@@ -266,7 +324,7 @@ pub struct SnapshotInput {
     pub selector: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SnapshotCounts {
     pub links: usize,
     pub buttons: usize,
@@ -274,7 +332,7 @@ pub struct SnapshotCounts {
 }
 
 /// One tab of `GET /v1/browser/tabs`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct TabItem {
     pub index: usize,
     pub url: String,
@@ -284,8 +342,135 @@ pub struct TabItem {
 }
 
 /// `POST /v1/browser/tabs`.
-#[derive(Debug, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct NewTabRequest {
     /// Opened in the new tab (URL policy applies); blank when absent.
     pub url: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each name sandboxd accepted before these fields were enums (in any case) still parses to
+    /// the same value, and each value is sent under its canonical name.
+    fn check<T>(accepted: &[(&str, T)], refused: &[&str])
+    where
+        T: serde::de::DeserializeOwned + Serialize + PartialEq + std::fmt::Debug,
+    {
+        for (text, expected) in accepted {
+            for text in [
+                text.to_string(),
+                text.to_ascii_uppercase(),
+                format!(" {text} "),
+            ] {
+                let parsed: T = serde_json::from_value(serde_json::json!(text))
+                    .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+                assert_eq!(&parsed, expected, "{text:?}");
+            }
+        }
+        for text in refused {
+            assert!(
+                serde_json::from_value::<T>(serde_json::json!(text)).is_err(),
+                "{text:?} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn wait_until_names() {
+        check(
+            &[
+                ("load", WaitUntil::Load),
+                ("domcontentloaded", WaitUntil::DomContentLoaded),
+                ("DOMContentLoaded", WaitUntil::DomContentLoaded),
+                ("networkidle", WaitUntil::NetworkIdle),
+                ("networkidle0", WaitUntil::NetworkIdle),
+                ("networkidle2", WaitUntil::NetworkIdle),
+                ("commit", WaitUntil::Commit),
+            ],
+            &["soon", "later", "", "network_idle"],
+        );
+        assert_eq!(
+            serde_json::to_value(WaitUntil::NetworkIdle).unwrap(),
+            "networkidle"
+        );
+    }
+
+    #[test]
+    fn mouse_button_names() {
+        check(
+            &[
+                ("left", MouseButton::Left),
+                ("right", MouseButton::Right),
+                ("middle", MouseButton::Middle),
+            ],
+            &["top", "wheel", "back"],
+        );
+    }
+
+    #[test]
+    fn scroll_direction_names() {
+        check(
+            &[
+                ("down", ScrollDirection::Down),
+                ("up", ScrollDirection::Up),
+                ("left", ScrollDirection::Left),
+                ("right", ScrollDirection::Right),
+            ],
+            &["sideways", ""],
+        );
+    }
+
+    #[test]
+    fn wait_kind_names() {
+        check(
+            &[
+                ("selector", WaitKind::Selector),
+                ("load", WaitKind::Load),
+                ("url", WaitKind::Url),
+                ("network_idle", WaitKind::NetworkIdle),
+                ("networkidle", WaitKind::NetworkIdle),
+                ("function", WaitKind::Function),
+                ("timeout", WaitKind::Timeout),
+            ],
+            &["download", "idle"],
+        );
+        assert_eq!(
+            serde_json::to_value(WaitKind::NetworkIdle).unwrap(),
+            "network_idle"
+        );
+    }
+
+    #[test]
+    fn element_state_names() {
+        check(
+            &[
+                ("attached", ElementState::Attached),
+                ("detached", ElementState::Detached),
+                ("visible", ElementState::Visible),
+                ("hidden", ElementState::Hidden),
+            ],
+            &["shown"],
+        );
+    }
+
+    #[test]
+    fn a_bad_name_in_a_request_names_the_value_and_the_choices() {
+        let error = serde_json::from_value::<NavigateRequest>(
+            serde_json::json!({"url": "about:blank", "wait_until": "later"}),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains(
+                "unknown wait_until \"later\": expected one of load, domcontentloaded, networkidle, commit"
+            ),
+            "{error}"
+        );
+        let request: NavigateRequest =
+            serde_json::from_value(serde_json::json!({"url": "about:blank", "wait_until": null}))
+                .unwrap();
+        assert_eq!(request.wait_until, None);
+    }
 }

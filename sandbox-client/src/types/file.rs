@@ -69,7 +69,7 @@ pub enum FileReadEncoding {
 }
 
 /// `POST /v1/file/read`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileReadRequest {
     /// The file: absolute, or relative to the workspace.
     pub file: String,
@@ -90,7 +90,7 @@ pub struct FileReadRequest {
 }
 
 /// Data of `POST /v1/file/read`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileReadResult {
     pub content: String,
     pub file: String,
@@ -99,7 +99,7 @@ pub struct FileReadResult {
 }
 
 /// `POST /v1/file/write`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileWriteRequest {
     pub file: String,
     pub content: String,
@@ -118,14 +118,14 @@ pub struct FileWriteRequest {
 }
 
 /// Data of `POST /v1/file/write`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileWriteResult {
     pub file: String,
     pub bytes_written: u64,
 }
 
 /// `POST /v1/file/replace`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileReplaceRequest {
     pub file: String,
     pub old_str: String,
@@ -135,14 +135,14 @@ pub struct FileReplaceRequest {
 }
 
 /// Data of `POST /v1/file/replace`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileReplaceResult {
     pub file: String,
     pub replaced_count: u64,
 }
 
 /// `POST /v1/file/search`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileSearchRequest {
     pub file: String,
     /// A regular expression (Rust `regex` syntax), matched against each line.
@@ -152,7 +152,7 @@ pub struct FileSearchRequest {
 }
 
 /// Data of `POST /v1/file/search`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileSearchResult {
     pub file: String,
     pub matches: Vec<String>,
@@ -163,7 +163,7 @@ pub struct FileSearchResult {
 }
 
 /// `POST /v1/file/find`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileFindRequest {
     /// The directory to search.
     pub path: String,
@@ -173,7 +173,7 @@ pub struct FileFindRequest {
 }
 
 /// Data of `POST /v1/file/find`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileFindResult {
     pub path: String,
     pub files: Vec<String>,
@@ -182,7 +182,7 @@ pub struct FileFindResult {
 }
 
 /// `POST /v1/file/grep`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileGrepRequest {
     /// A file or directory.
     pub path: String,
@@ -224,7 +224,7 @@ pub struct FileGrepRequest {
 }
 
 /// One grep hit.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct GrepMatch {
     pub file: String,
     /// 1-based.
@@ -235,7 +235,7 @@ pub struct GrepMatch {
 }
 
 /// Data of `POST /v1/file/grep`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileGrepResult {
     pub path: String,
     pub pattern: String,
@@ -248,7 +248,7 @@ pub struct FileGrepResult {
 }
 
 /// `sort_by` of a glob.
-#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GlobSortBy {
     #[default]
@@ -259,7 +259,7 @@ pub enum GlobSortBy {
 }
 
 /// `POST /v1/file/glob`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileGlobRequest {
     /// The base directory.
     pub path: String,
@@ -287,7 +287,7 @@ pub struct FileGlobRequest {
 }
 
 /// One glob hit.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct GlobFileInfo {
     pub path: String,
     pub name: String,
@@ -300,7 +300,7 @@ pub struct GlobFileInfo {
 }
 
 /// Data of `POST /v1/file/glob`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileGlobResult {
     pub path: String,
     pub pattern: String,
@@ -311,7 +311,7 @@ pub struct FileGlobResult {
 }
 
 /// `sort_by` of a listing.
-#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ListSortBy {
     #[default]
@@ -322,7 +322,7 @@ pub enum ListSortBy {
 }
 
 /// `POST /v1/file/list`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FileListRequest {
     pub path: String,
     /// Default false.
@@ -351,7 +351,7 @@ pub struct FileListRequest {
 }
 
 /// One listed entry. Symlinks are listed as themselves and never followed.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileInfo {
     pub name: String,
     pub path: String,
@@ -371,7 +371,7 @@ pub struct FileInfo {
 }
 
 /// Data of `POST /v1/file/list`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileListResult {
     pub path: String,
     pub files: Vec<FileInfo>,
@@ -383,7 +383,9 @@ pub struct FileListResult {
 }
 
 /// `command` of `str_replace_editor`.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema, schemars::JsonSchema, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Deserialize, Serialize, ToSchema, schemars::JsonSchema, PartialEq, Eq,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum EditorCommandName {
     View,
@@ -394,7 +396,9 @@ pub enum EditorCommandName {
 }
 
 /// `replace_mode` of `str_replace_editor`.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema, schemars::JsonSchema, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Deserialize, Serialize, ToSchema, schemars::JsonSchema, PartialEq, Eq,
+)]
 pub enum EditorReplaceMode {
     #[serde(rename = "ALL", alias = "all")]
     All,
@@ -405,7 +409,7 @@ pub enum EditorReplaceMode {
 }
 
 /// `POST /v1/file/str_replace_editor`.
-#[derive(Debug, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct StrReplaceEditorRequest {
     pub command: EditorCommandName,
     pub path: String,
@@ -445,8 +449,29 @@ pub struct StrReplaceEditorRequest {
     pub enable_metadata: Option<bool>,
 }
 
+impl StrReplaceEditorRequest {
+    /// `command` on `path`, every other field absent.
+    pub fn new(command: EditorCommandName, path: impl Into<String>) -> Self {
+        Self {
+            command,
+            path: path.into(),
+            file_text: None,
+            old_str: None,
+            new_str: None,
+            insert_line: None,
+            view_range: None,
+            replace_mode: None,
+            page_range: None,
+            sheet_name: None,
+            row_range: None,
+            slide_range: None,
+            enable_metadata: None,
+        }
+    }
+}
+
 /// `metadata` of a `str_replace_editor` result.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct EditorMetadata {
     pub is_directory: bool,
     pub size: u64,
@@ -454,7 +479,7 @@ pub struct EditorMetadata {
 }
 
 /// Data of `POST /v1/file/str_replace_editor`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct StrReplaceEditorResult {
     pub output: String,
     pub path: String,
@@ -479,7 +504,7 @@ pub struct FileUploadForm {
 }
 
 /// Data of `POST /v1/file/upload`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct FileUploadResult {
     pub file_path: String,
     pub file_size: u64,
@@ -487,7 +512,7 @@ pub struct FileUploadResult {
 }
 
 /// `GET /v1/file/download`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Deserialize, Serialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct FileDownloadQuery {
     /// The file: absolute, or relative to the workspace.

@@ -1,11 +1,11 @@
 //! `GET /v1/sandbox`: the sandbox context in AIO's shape.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// `GET /v1/sandbox`: AIO's envelope, with the context both in `data` and, as AIO's SDK reads
 /// it, at the top level.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SandboxResponse {
     pub success: bool,
     pub message: String,
@@ -14,7 +14,7 @@ pub struct SandboxResponse {
     pub context: SandboxContext,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct SandboxContext {
     pub home_dir: String,
     pub workspace: String,
@@ -22,14 +22,14 @@ pub struct SandboxContext {
     pub detail: SandboxDetail,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct SandboxDetail {
     pub system: SystemEnv,
     pub runtime: RuntimeEnv,
     pub utils: Vec<ToolCategory>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct SystemEnv {
     pub os: String,
     pub os_version: String,
@@ -47,33 +47,33 @@ pub struct SystemEnv {
     pub screen: ScreenInfo,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ScreenInfo {
     pub width: u32,
     pub height: u32,
     pub depth: u32,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct RuntimeEnv {
     pub python: Vec<ToolSpec>,
     pub nodejs: Vec<ToolSpec>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ToolSpec {
     pub ver: Option<String>,
     pub bin: Option<String>,
     pub alias: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct ToolCategory {
     pub category: String,
     pub tools: Vec<AvailableTool>,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct AvailableTool {
     pub name: String,
     pub description: String,

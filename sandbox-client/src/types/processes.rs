@@ -1,14 +1,14 @@
 //! The supervisor's state table.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// One row of `GET /v1/processes`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ProcessInfo {
     pub name: String,
     /// stopped | starting | ready | stopping | backoff | exited | fatal
-    pub state: &'static str,
+    pub state: String,
     pub pid: Option<i32>,
     pub restarts: u32,
     pub failures: u32,
@@ -23,7 +23,7 @@ pub struct ProcessInfo {
     pub required: bool,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ExitInfo {
     pub code: Option<i32>,
     pub signal: Option<i32>,
@@ -31,7 +31,7 @@ pub struct ExitInfo {
 }
 
 /// `GET /v1/processes`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ProcessTable {
     pub programs: Vec<ProcessInfo>,
     /// Orphaned processes sandboxd has reaped as PID 1.

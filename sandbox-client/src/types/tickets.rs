@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// `POST /tickets`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
 pub struct TicketRequest {
     /// The viewer session the ticket opens is view-only (default false).
     pub view_only: Option<bool>,
@@ -12,7 +12,7 @@ pub struct TicketRequest {
 
 /// A ticket: bring it once, within `expires_in` seconds, as `?ticket=` on a `/vnc/` page (or
 /// the `/vnc/websockify` WebSocket).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct TicketResult {
     pub ticket: String,
     /// Seconds the ticket stays valid.
