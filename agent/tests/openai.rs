@@ -207,7 +207,7 @@ async fn a_declined_safety_check_runs_nothing_and_tells_the_model() -> anyhow::R
         .flatten()
         .filter(|i| i["role"] == "user")
         .filter_map(|i| i["content"][0]["text"].as_str())
-        .last()
+        .next_back()
         .unwrap_or_default()
         .to_string();
     assert!(
