@@ -52,8 +52,7 @@ fn last_user_message(body: &Value) -> Value {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|m| m["role"] == "user")
-        .next_back()
+        .rfind(|m| m["role"] == "user")
         .cloned()
         .unwrap_or_default()
 }
