@@ -229,11 +229,12 @@ impl From<SinkError> for Stop {
 type ModelResult = Result<ModelTurn, ModelError>;
 type ModelFuture = Pin<Box<dyn Future<Output = ModelResult> + Send>>;
 
-/// How a wait ended.
+/// How an interruptible wait ended.
 enum Waited<T> {
     Done(T),
-    /// A person took control and handed it back meanwhile (a fresh screenshot was taken).
-    HandedBack,
+    /// A person asked to take control. The wait was dropped; the caller reports what it
+    /// finished, then pauses.
+    TakeOver,
 }
 
 /// Consecutive identical actions without a change on the screen.
@@ -472,18 +473,16 @@ impl Runner {
     async fn start(&self, st: &mut State) -> Result<Infallible, Stop> {
         self.status(RunStatus::Running).await?;
         self.control.set_phase(Phase::Running);
-        if let Waited::Done(()) = self.observe(st).await? {
-            st.transcript.push(Item::User {
-                text: format!("Task: {}", self.config.task),
-                image: st.latest_image(),
-            });
-        } else {
-            // A person took control before the first screenshot; the hand-back took one.
-            st.transcript.push(Item::User {
-                text: format!("Task: {}", self.config.task),
-                image: None,
-            });
+        if let Waited::TakeOver = self.observe(st).await? {
+            // A person took control before the first screenshot; the hand-back takes one,
+            // and the model has seen nothing older, so no note is needed.
+            self.pause(st, None).await?;
+            st.note = None;
         }
+        st.transcript.push(Item::User {
+            text: format!("Task: {}", self.config.task),
+            image: st.latest_image(),
+        });
         self.checkpoint(st, &[], &[], None).await?;
         self.drive(st).await
     }
@@ -499,7 +498,16 @@ impl Runner {
         self.control.set_phase(Phase::Running);
         let mut results = partial;
         for call in pending {
-            if in_flight.as_deref() == Some(call.id.as_str()) {
+            if let ToolRequest::RequestHuman { .. } = call.request {
+                results.push(ToolResult {
+                    call_id: call.id,
+                    channel: call.channel,
+                    text: "Not answered: the run was restarted before the person answered. Ask again if you still need the answer.".into(),
+                    image: None,
+                    is_error: false,
+                    acknowledged_safety_checks: Vec::new(),
+                });
+            } else if in_flight.as_deref() == Some(call.id.as_str()) {
                 let message = "the run was interrupted while this action was in progress; its outcome is unknown and it was not repeated";
                 self.emit(Event::ActionFinished {
                     step: st.step,
@@ -534,10 +542,15 @@ impl Runner {
         }
         st.transcript
             .extend(results.into_iter().map(Item::ToolResult));
-        if let Waited::Done(()) = self.observe(st).await? {
-            st.note = Some(
-                "The run was restarted. The screenshot below was taken after the restart; plan your next actions from it.".into(),
-            );
+        match self.observe(st).await? {
+            Waited::Done(()) => {
+                st.note = Some(
+                    "The run was restarted. The screenshot below was taken after the restart; plan your next actions from it.".into(),
+                );
+            }
+            Waited::TakeOver => {
+                self.pause(st, None).await?;
+            }
         }
         self.flush_note(st);
         self.checkpoint(st, &[], &[], None).await?;
@@ -627,8 +640,15 @@ impl Runner {
             st.step += 1;
             let planned = st.latest.clone();
             let planned_hash = st.latest_hash;
+            let handbacks = st.handbacks;
             let (turn, model_ms) = self.call_model(st).await?;
             self.record_turn(st, &turn, model_ms).await?;
+            if turn.calls.is_empty() && st.handbacks != handbacks {
+                // The answer was written before a person used the computer: ask again, from
+                // the screenshot taken after the hand-back.
+                self.checkpoint(st, &[], &[], None).await?;
+                continue;
+            }
             if turn.calls.is_empty() {
                 self.checkpoint(st, &[], &[], None).await?;
                 if turn.stop == StopReason::MaxTokens {
@@ -797,7 +817,7 @@ impl Runner {
         )
     }
 
-    /// Takes the next screenshot; a takeover meanwhile pauses (the hand-back takes one).
+    /// Takes the next screenshot; a takeover request meanwhile drops it.
     async fn observe(&self, st: &mut State) -> Result<Waited<()>, Stop> {
         let request = self.observe_request();
         let mut attempt = 0;
@@ -808,10 +828,7 @@ impl Runner {
                 result = self.computer.observe(&request) => result,
                 signal = self.control.wait_signal() => match signal {
                     Signal::Cancel => return Err(Stop::Canceled),
-                    Signal::TakeOver => {
-                        self.pause(st, None).await?;
-                        return Ok(Waited::HandedBack);
-                    }
+                    Signal::TakeOver => return Ok(Waited::TakeOver),
                 },
             };
             match self
@@ -967,8 +984,8 @@ impl Runner {
         }
     }
 
-    /// Waits for the screen to settle; a takeover meanwhile pauses.
-    async fn settle(&self, st: &mut State) -> Result<Waited<()>, Stop> {
+    /// Waits for the screen to settle; a takeover request meanwhile ends the wait.
+    async fn settle(&self) -> Result<Waited<()>, Stop> {
         let policy = self.config.settle;
         tokio::select! {
             result = self.computer.wait_settled(policy.quiet, policy.timeout) => {
@@ -979,10 +996,7 @@ impl Runner {
             }
             signal = self.control.wait_signal() => match signal {
                 Signal::Cancel => Err(Stop::Canceled),
-                Signal::TakeOver => {
-                    self.pause(st, None).await?;
-                    Ok(Waited::HandedBack)
-                }
+                Signal::TakeOver => Ok(Waited::TakeOver),
             },
         }
     }
@@ -1034,15 +1048,20 @@ impl Runner {
             }
             results.push(outcome.result);
         }
-        let handed_back = st.handbacks != handbacks_before;
-        if needs_observation
-            && !observed
-            && !handed_back
-            && let Waited::Done(()) = self.observe(st).await?
-            && let Some(&last) = visual_results.last()
-        {
-            results[last].image = st.latest_image();
-            observed = true;
+        let mut handed_back = st.handbacks != handbacks_before;
+        if needs_observation && !observed && !handed_back {
+            match self.observe(st).await? {
+                Waited::Done(()) => {
+                    if let Some(&last) = visual_results.last() {
+                        results[last].image = st.latest_image();
+                        observed = true;
+                    }
+                }
+                Waited::TakeOver => {
+                    self.pause(st, None).await?;
+                    handed_back = true;
+                }
+            }
         }
         if observed && !handed_back && !performed.is_empty() {
             self.track_repeats(st, &performed, planned_hash, &mut results, &visual_results)
@@ -1224,10 +1243,16 @@ impl Runner {
                 let mut outcome = CallOutcome::plain(result_for(call, String::new(), false));
                 outcome.visual = true;
                 let mut screenshot = None;
-                if observe_after && let Waited::Done(()) = self.observe(st).await? {
-                    outcome.result.image = st.latest_image();
-                    outcome.observed = true;
-                    screenshot = st.latest.as_ref().map(|l| l.id.clone());
+                let mut take_over = false;
+                if observe_after {
+                    match self.observe(st).await? {
+                        Waited::Done(()) => {
+                            outcome.result.image = st.latest_image();
+                            outcome.observed = true;
+                            screenshot = st.latest.as_ref().map(|l| l.id.clone());
+                        }
+                        Waited::TakeOver => take_over = true,
+                    }
                 }
                 self.emit(Event::ActionFinished {
                     step: st.step,
@@ -1241,6 +1266,9 @@ impl Runner {
                     screenshot,
                 })
                 .await?;
+                if take_over {
+                    self.pause(st, None).await?;
+                }
                 Ok(outcome)
             }
             ToolRequest::Zoom { region } => {
@@ -1503,15 +1531,17 @@ impl Runner {
         let mut error: Option<String> = None;
         let mut notes: Vec<String> = Vec::new();
         let mut performed = Vec::new();
-        let mut handed_back = false;
+        // A takeover request between actions, or while the screen settles, stops the call:
+        // this call's finished event goes out first, then the loop pauses.
+        let mut take_over = false;
+        let mut interrupted: Option<String> = None;
         for (index, action) in actions.iter().enumerate() {
             if index > 0 {
                 match self.control.pending_signal() {
                     Some(Signal::Cancel) => return Err(Stop::Canceled),
                     Some(Signal::TakeOver) => {
-                        self.pause(st, None).await?;
-                        handed_back = true;
-                        error = Some(format!(
+                        take_over = true;
+                        interrupted = Some(format!(
                             "A person took control after {index} of {} actions; the rest was not performed.",
                             actions.len()
                         ));
@@ -1551,12 +1581,12 @@ impl Runner {
             }
             if action.changes_screen() {
                 let begun = Instant::now();
-                let waited = self.settle(st).await?;
+                let waited = self.settle().await?;
                 timings.settle_ms += millis(begun.elapsed());
-                if let Waited::HandedBack = waited {
-                    handed_back = true;
+                if let Waited::TakeOver = waited {
+                    take_over = true;
                     if index + 1 < actions.len() {
-                        error = Some(format!(
+                        interrupted = Some(format!(
                             "A person took control after {} of {} actions; the rest was not performed.",
                             index + 1,
                             actions.len()
@@ -1571,21 +1601,26 @@ impl Runner {
             channel: call.channel.clone(),
             text: String::new(),
             image: None,
-            is_error: error.is_some(),
+            is_error: error.is_some() || interrupted.is_some(),
             acknowledged_safety_checks: acknowledged,
         };
         let mut observed = false;
         let mut screenshot = None;
-        if observe_after
-            && !handed_back
-            && let Waited::Done(()) = self.observe(st).await?
-        {
-            result.image = st.latest_image();
-            observed = true;
-            screenshot = st.latest.as_ref().map(|l| l.id.clone());
+        if observe_after && !take_over {
+            match self.observe(st).await? {
+                Waited::Done(()) => {
+                    result.image = st.latest_image();
+                    observed = true;
+                    screenshot = st.latest.as_ref().map(|l| l.id.clone());
+                }
+                Waited::TakeOver => take_over = true,
+            }
         }
         if let Some(message) = &error {
             self.error_event(st, "action_failed", message).await?;
+            notes.push(message.clone());
+        }
+        if let Some(message) = &interrupted {
             notes.push(message.clone());
         }
         result.text = notes.join("\n");
@@ -1594,17 +1629,20 @@ impl Runner {
             call_id: call.id.clone(),
             action: call.request.clone(),
             observation_id: Some(planned.id.clone()),
-            outcome: if error.is_some() {
+            outcome: if error.is_some() || interrupted.is_some() {
                 ActionOutcome::Error
             } else {
                 ActionOutcome::Ok
             },
-            error,
+            error: error.or(interrupted),
             screen_points,
             timings,
             screenshot,
         })
         .await?;
+        if take_over {
+            self.pause(st, None).await?;
+        }
         Ok(CallOutcome {
             result,
             visual: true,

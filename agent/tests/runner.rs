@@ -228,6 +228,62 @@ async fn takeover_waits_for_the_action_in_flight_and_hand_back_sends_a_fresh_scr
 }
 
 #[tokio::test]
+async fn a_takeover_during_a_model_call_pauses_at_once_and_the_model_is_asked_again()
+-> anyhow::Result<()> {
+    // The first answer arrives while a person holds control: it was written from the old
+    // screen, so it does not end the run; the model is asked again with the fresh screenshot.
+    let server = ProviderServer::start(vec![
+        Reply::Delayed(
+            Duration::from_millis(300),
+            Box::new(Reply::sse(anthropic_final(
+                "finished (from the old screen)",
+            ))),
+        ),
+        Reply::sse(anthropic_final("finished (after the person)")),
+    ])
+    .await?;
+    let computer = Arc::new(RecordingComputer::new((1280, 800)));
+    let run = common::start(computer.clone(), anthropic(&server)?, RunConfig::new("t"));
+    for _ in 0..500 {
+        if !server.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    run.control.take_over().await?;
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "paused while the model call goes on"
+    );
+    // Let the first answer arrive while paused.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!run.handle.is_finished());
+    run.control
+        .hand_back(Some("moved the window".into()))
+        .await?;
+    let outcome = run.outcome().await?;
+    assert_eq!(
+        outcome.answer.as_deref(),
+        Some("finished (after the person)")
+    );
+    let second = &server.bodies()[1];
+    let message = last_user_message(second);
+    let note = message["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("handed it back") && note.contains("moved the window"),
+        "{note}"
+    );
+    assert_eq!(message["content"][1]["type"], "image");
+    assert_eq!(
+        computer.observation_ids().len(),
+        2,
+        "the first screenshot and the hand-back's"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn actions_planned_before_a_takeover_are_refused_as_stale() -> anyhow::Result<()> {
     let turn = streams::anthropic(
         &[

@@ -539,7 +539,16 @@ impl StreamAssembler for AnthropicAssembler {
             ));
         }
         Ok(AnthropicReply {
-            blocks: self.blocks.into_values().map(|(block, _)| block).collect(),
+            // The API refuses empty text blocks in requests, and this answer goes back.
+            blocks: self
+                .blocks
+                .into_values()
+                .map(|(block, _)| block)
+                .filter(|block| {
+                    !(block["type"] == "text"
+                        && block["text"].as_str().is_none_or(|t| t.is_empty()))
+                })
+                .collect(),
             usage: self.usage,
             stop_reason: self.stop_reason,
         })
