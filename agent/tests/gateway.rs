@@ -66,7 +66,12 @@ fn gateway_error(result: Result<agent::ModelTurn, ModelError>) -> GatewayError {
 #[tokio::test]
 async fn sends_the_key_version_and_beta_headers() -> anyhow::Result<()> {
     let server = ProviderServer::start(vec![final_reply()]).await?;
-    let turn = model(&server, options(1))?.next_turn(request()).await?;
+    let adapter = model(&server, options(1))?;
+    assert!(
+        !format!("{adapter:?}").contains(KEY),
+        "the adapter's Debug shows no key"
+    );
+    let turn = adapter.next_turn(request()).await?;
     assert_eq!(turn.text.as_deref(), Some("done"));
     let sent = &server.requests()[0];
     assert_eq!(sent.path, "/v1/messages");
