@@ -1333,7 +1333,7 @@ impl Runner {
                 self.started(st, call, None).await?;
                 let wait = timeout_s
                     .filter(|s| s.is_finite() && *s > 0.0)
-                    .map(Duration::from_secs_f64)
+                    .map(|s| Duration::from_secs_f64(s.min(MAX_SHELL_WAIT.as_secs_f64())))
                     .unwrap_or(self.config.shell_timeout)
                     .min(MAX_SHELL_WAIT);
                 let command = if command.trim().is_empty() {

@@ -359,7 +359,12 @@ impl Computer for SandboxdComputer {
             timeout: timeout.as_secs_f64(),
         };
         let result: wire::ShellResult = self
-            .post("shell", "/v1/shell/exec", &body, timeout + SHELL_GRACE)
+            .post(
+                "shell",
+                "/v1/shell/exec",
+                &body,
+                timeout.saturating_add(SHELL_GRACE),
+            )
             .await?;
         *session = Some(result.session_id);
         Ok(ShellOutcome {

@@ -31,6 +31,8 @@ use crate::sse::{SseDecoder, SseEvent};
 
 /// Largest error body read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
+/// Largest streamed answer read (a model turn is far smaller; more is a broken stream).
+pub const MAX_STREAM_BYTES: usize = 64 * 1024 * 1024;
 
 /// Timeouts and retries of a gateway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +239,7 @@ impl Gateway {
         let mut stream = response.bytes_stream();
         let mut decoder = SseDecoder::new();
         let mut events = Vec::new();
+        let mut received = 0usize;
         loop {
             let next = tokio::time::timeout(self.options.idle_timeout, stream.next()).await;
             let chunk = match next {
@@ -266,6 +269,17 @@ impl Gateway {
                 }
                 Ok(Some(Ok(chunk))) => chunk,
             };
+            received += chunk.len();
+            if received > MAX_STREAM_BYTES {
+                return Err(Failure {
+                    error: GatewayError::Protocol {
+                        provider,
+                        message: format!("the answer is larger than {MAX_STREAM_BYTES} bytes"),
+                    },
+                    retryable: false,
+                    retry_after: None,
+                });
+            }
             decoder.push(&chunk, &mut events).map_err(|e| Failure {
                 error: GatewayError::Protocol {
                     provider,

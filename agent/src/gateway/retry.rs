@@ -78,15 +78,18 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
+    // `try_from` refuses NaN, negative and overflowing values; a huge wait is "forever".
+    let seconds = |value: f64| {
+        (value >= 0.0).then(|| Duration::try_from_secs_f64(value).unwrap_or(Duration::MAX))
+    };
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+        && !ms.is_nan()
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return seconds(ms / 1000.0);
     }
     let value = text("retry-after")?;
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+    if let Ok(value) = value.parse::<f64>() {
+        return if value.is_nan() { None } else { seconds(value) };
     }
     let when = parse_http_date(value)?;
     Some(
@@ -113,7 +116,13 @@ fn parse_http_date(value: &str) -> Option<SystemTime> {
         .split(':')
         .map(|p| p.parse().ok())
         .collect::<Option<_>>()?;
-    if time.len() != 3 || !(1..=31).contains(&day) || year < 1970 {
+    if time.len() != 3
+        || time[0] > 23
+        || time[1] > 59
+        || time[2] > 60
+        || !(1..=31).contains(&day)
+        || !(1970..=9999).contains(&year)
+    {
         return None;
     }
     let days = days_from_civil(year, month, day);
@@ -190,8 +199,19 @@ mod tests {
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777))
         );
 
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 99999999999999 08:49:37 GMT"),
+            None
+        );
+        assert_eq!(parse_http_date("Sun, 06 Nov 1994 99:49:37 GMT"), None);
         let mut junk = HeaderMap::new();
         junk.insert("retry-after", HeaderValue::from_static("soon"));
         assert_eq!(retry_after(&junk), None);
+        junk.insert("retry-after", HeaderValue::from_static("-5"));
+        assert_eq!(retry_after(&junk), None);
+        junk.insert("retry-after", HeaderValue::from_static("1e300"));
+        assert_eq!(retry_after(&junk), Some(Duration::MAX));
+        junk.insert("retry-after-ms", HeaderValue::from_static("NaN"));
+        assert_eq!(retry_after(&junk), Some(Duration::MAX));
     }
 }

@@ -452,10 +452,12 @@ impl StreamAssembler for AnthropicAssembler {
                 }
             }
             "content_block_start" => {
+                // Deltas write into the block, so it must be an object.
                 let block = data
                     .get("content_block")
+                    .filter(|b| b.is_object())
                     .cloned()
-                    .ok_or_else(|| protocol("content_block_start without a block"))?;
+                    .ok_or_else(|| protocol("content_block_start without a block object"))?;
                 self.blocks.insert(index()?, (block, String::new()));
             }
             "content_block_delta" => {
