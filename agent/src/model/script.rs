@@ -34,6 +34,8 @@
 //! - `coordinates`: `"pixels"` (default) are pixels of the screenshot, which for scripts is the
 //!   full screen; `"fraction"` are fractions (0 to 1) of the screenshot's width and height, so a
 //!   script works on any screen size.
+//! - A `DRAG_PATH` is one stroke; points are added between the given ones (at most 20 pixels
+//!   apart) so the program under the pointer sees it move, not jump.
 //! - Every step is checked when the file is loaded: an unknown action, a missing or unknown
 //!   field, or an out-of-range value is an error naming the step index (0-based) and action.
 //! - A step that fails when run (the sandbox refuses it) fails the run; after a restart, a step
@@ -50,7 +52,7 @@ use serde_json::{Value, json};
 use super::{
     Model, ModelError, ModelInfo, ModelTurn, StopReason, ToolCall, ToolRequest, TurnRequest, Usage,
 };
-use crate::action::DesktopAction;
+use crate::action::{DesktopAction, densify};
 use crate::transcript::Item;
 
 /// Largest script file.
@@ -347,6 +349,23 @@ fn parse_step(index: usize, value: &Value, coordinates: Coordinates) -> Result<S
     })
 }
 
+/// A `DRAG_PATH` with points at most [`crate::action::DRAG_SEGMENT_PX`] apart, so the
+/// application under the pointer sees a continuous stroke.
+fn dense_strokes(action: DesktopAction) -> DesktopAction {
+    match action {
+        DesktopAction::DragPath {
+            path,
+            button,
+            step_ms,
+        } => DesktopAction::DragPath {
+            path: densify(&path),
+            button,
+            step_ms,
+        },
+        other => other,
+    }
+}
+
 /// The script provider.
 #[derive(Debug)]
 pub struct ScriptModel {
@@ -443,25 +462,29 @@ impl Model for ScriptModel {
             });
         };
         let (width, height) = request.display;
-        let request_for_screen = match (&step.request, self.script.coordinates) {
-            (ToolRequest::Desktop { actions }, Coordinates::Fraction) => ToolRequest::Desktop {
+        let request_for_screen = match &step.request {
+            ToolRequest::Desktop { actions } => ToolRequest::Desktop {
                 actions: actions
                     .iter()
                     .map(|a| {
-                        a.map_points(|x, y| {
-                            (
-                                (x * f64::from(width))
-                                    .round()
-                                    .min(f64::from(width.saturating_sub(1))),
-                                (y * f64::from(height))
-                                    .round()
-                                    .min(f64::from(height.saturating_sub(1))),
-                            )
-                        })
+                        let placed = match self.script.coordinates {
+                            Coordinates::Pixels => a.clone(),
+                            Coordinates::Fraction => a.map_points(|x, y| {
+                                (
+                                    (x * f64::from(width))
+                                        .round()
+                                        .min(f64::from(width.saturating_sub(1))),
+                                    (y * f64::from(height))
+                                        .round()
+                                        .min(f64::from(height.saturating_sub(1))),
+                                )
+                            }),
+                        };
+                        dense_strokes(placed)
                     })
                     .collect(),
             },
-            (other, _) => other.clone(),
+            other => other.clone(),
         };
         let id = format!("script-{index}");
         Ok(ModelTurn {
