@@ -1,10 +1,11 @@
 //! One command of a shell session, from spawn to exit.
 //!
-//! The command runs as `bash -c <wrapper> bash COMMAND STATE_DIR START_DIR MODE` (see
+//! The command runs as `bash -c <wrapper> bash COMMAND STATE_DIR START_DIR MODE MARKER` (see
 //! `wrapper.bash`): the command is an argument, never part of a script string. Usually the bash
 //! is a [`Prewarmed`] one, started before the request with `--wait-for-command` and handed the
-//! same four values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
-//! session and process group; stdout and stderr share one pipe, so their lines stay in order;
+//! same five values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
+//! session and process group and is a child subreaper, so that orphans of what it starts stay
+//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay in order;
 //! stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
 //! bounded [`OutputBuffer`], enforces the hard timeout and publishes the [`Outcome`] once bash
 //! has been reaped. Background processes the command leaves behind keep running, like in any
@@ -107,6 +108,8 @@ pub struct JobSpec {
     pub stop_grace: Duration,
     /// The prompt shown in front of the command in console records.
     pub ps1: String,
+    /// Unique to this command: exported as [`procs::MARKER_VAR`] to everything it starts.
+    pub marker: String,
 }
 
 /// A running or finished command.
@@ -116,6 +119,8 @@ pub struct Job {
     ps1: String,
     /// bash's pid: also the id of the process group and session the command runs in.
     pid: i32,
+    /// The value of [`procs::MARKER_VAR`] its programs inherit.
+    marker: String,
     stop_grace: Duration,
     output: Mutex<OutputBuffer>,
     /// Bytes of output received so far; waiters watch it for the no-change timeout.
@@ -223,8 +228,8 @@ impl Prewarmed {
         self.kind
     }
 
-    /// Hands the command over: COMMAND STATE_DIR START_DIR MODE, each NUL-terminated. Fails if
-    /// the bash is gone (killed meanwhile), so the caller can start a cold one.
+    /// Hands the command over: COMMAND STATE_DIR START_DIR MODE MARKER, each NUL-terminated.
+    /// Fails if the bash is gone (killed meanwhile), so the caller can start a cold one.
     fn hand_over(&mut self, spec: &JobSpec) -> io::Result<()> {
         use std::io::Write;
         use std::os::unix::ffi::OsStrExt;
@@ -240,6 +245,7 @@ impl Prewarmed {
             spec.state_dir.as_os_str().as_bytes(),
             spec.start_dir.as_os_str().as_bytes(),
             mode(spec.physical).as_bytes(),
+            spec.marker.as_bytes(),
         ] {
             message.extend_from_slice(part);
             message.push(0);
@@ -284,6 +290,13 @@ fn spawn_bash(
         command.uid(identity.uid).gid(identity.gid);
     }
     supervisor::process::new_session(&mut command);
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which
+    // is async-signal-safe. The attribute survives exec and is not inherited by bash's
+    // children: orphans of the command's double forks are re-parented to bash, not to PID 1,
+    // so its process tree still holds them (see `procs`).
+    unsafe {
+        command.pre_exec(|| nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from));
+    }
     let spawned = supervisor::reaper().spawn(&mut command)?;
     // Close our copies of the pipe's write end, so the reader sees EOF once the command's
     // processes have all closed theirs.
@@ -330,7 +343,8 @@ impl Job {
                     .arg(&spec.command)
                     .arg(&spec.state_dir)
                     .arg(&spec.start_dir)
-                    .arg(mode(spec.physical));
+                    .arg(mode(spec.physical))
+                    .arg(&spec.marker);
                 spawn_bash(command, kind, spec.identity.as_ref())?
             }
         };
@@ -338,6 +352,7 @@ impl Job {
             command: spec.command,
             ps1: spec.ps1,
             pid: bash.pid,
+            marker: spec.marker,
             stop_grace: spec.stop_grace,
             output: Mutex::new(OutputBuffer::new(spec.output_limit)),
             output_seen: watch::Sender::new(0),
@@ -368,6 +383,14 @@ impl Job {
     /// bash's pid, which is also the command's process group and session id.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// What finds the command's processes (see [`procs`]).
+    pub fn mark(&self) -> procs::JobMark {
+        procs::JobMark {
+            sid: self.pid,
+            marker: self.marker.clone(),
+        }
     }
 
     /// How it ended, or None while it runs.
@@ -434,8 +457,9 @@ impl Job {
         }
     }
 
-    /// Ends the command and every process of its session: SIGTERM, the grace period, then
-    /// SIGKILL. Returns once bash has been reaped (or a bounded wait has passed).
+    /// Ends the command and every process it started, including those that left its session
+    /// (see [`procs`]): SIGTERM, the grace period, then SIGKILL. Returns once bash has been
+    /// reaped (or a bounded wait has passed).
     pub async fn stop(&self, reason: StopReason) {
         if !self.is_running() {
             return;
@@ -446,9 +470,11 @@ impl Job {
                 *current = Some(reason);
             }
         }
-        let (pid, grace) = (self.pid, self.stop_grace);
+        let (pid, grace, mark) = (self.pid, self.stop_grace, self.mark());
+        // bash is running, or reaped so recently that no process can have its pid yet: its
+        // session id is its own.
         let stopped = tokio::task::spawn_blocking(move || {
-            procs::terminate_session(pid, Signal::SIGTERM, grace)
+            procs::terminate_jobs(&[mark], true, Signal::SIGTERM, grace)
         })
         .await;
         if let Err(error) = stopped {
