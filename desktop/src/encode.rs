@@ -3,8 +3,10 @@
 //!
 //! PNG uses the `png` crate at `Compression::Fast` with the adaptive filter (about 1.2 ms for a
 //! 1280x800 screenshot of a web page). JPEG uses libjpeg-turbo (its SIMD colour conversion, DCT
-//! and Huffman coding, through the `turbojpeg` crate, compiled in) straight from the BGRX pixels:
-//! no RGB copy, no chroma subsampling (4:4:4, so coloured text stays sharp).
+//! and Huffman coding, through the `turbojpeg` crate, compiled in) straight from the BGRX pixels,
+//! with no RGB copy: about 3 ms for a 1280x800 page. Below quality 90 the colour planes are
+//! subsampled 4:2:0 (as cjpeg and Chromium's screenshots do; twice as fast as 4:4:4); from 90 up
+//! they keep full resolution.
 
 use crate::capture::{Frame, bgrx_to_rgb};
 use crate::desktop::Desktop;
@@ -161,6 +163,9 @@ fn encode_png(rgb: &[u8], width: u32, height: u32) -> Result<Vec<u8>, EncodeErro
     Ok(out)
 }
 
+/// From this JPEG quality up, colour is kept at full resolution (4:4:4) instead of 4:2:0.
+const FULL_CHROMA_QUALITY: u8 = 90;
+
 /// Encodes BGRX pixels (`width * height * 4` bytes, checked by the caller) as a baseline JPEG.
 fn encode_jpeg(bgrx: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<u8>, EncodeError> {
     if !(1..=100).contains(&quality) {
@@ -170,8 +175,13 @@ fn encode_jpeg(bgrx: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<
     compressor
         .set_quality(i32::from(quality))
         .map_err(EncodeError::Jpeg)?;
+    let subsampling = if quality >= FULL_CHROMA_QUALITY {
+        turbojpeg::Subsamp::None
+    } else {
+        turbojpeg::Subsamp::Sub2x2
+    };
     compressor
-        .set_subsamp(turbojpeg::Subsamp::None)
+        .set_subsamp(subsampling)
         .map_err(EncodeError::Jpeg)?;
     let image = turbojpeg::Image {
         pixels: bgrx,
@@ -253,9 +263,9 @@ mod tests {
 
     #[test]
     fn jpeg_keeps_colours_and_channel_order() {
-        // Solid colours in 8x8-aligned blocks: red, green, blue and grey quadrants.
-        let (width, height) = (64u32, 48u32);
-        let colour = |x: u32, y: u32| match (x < 32, y < 24) {
+        // Solid red, green, blue and grey quadrants of 32x32 pixels.
+        let (width, height) = (64u32, 64u32);
+        let colour = |x: u32, y: u32| match (x < 32, y < 32) {
             (true, true) => [255u8, 0, 0],
             (false, true) => [0, 255, 0],
             (true, false) => [0, 0, 255],
@@ -273,23 +283,29 @@ mod tests {
             height,
             pixels,
         };
-        let image = encode(&frame, ImageFormat::Jpeg { quality: 95 }, None).expect("encodes");
-        assert_eq!(
-            (image.width, image.height, image.mime),
-            (64, 48, "image/jpeg")
-        );
-        let (w, h, rgb) = decode_jpeg(&image.bytes);
-        assert_eq!((w, h), (64, 48));
-        let mut worst = 0;
-        for y in 0..height {
-            for x in 0..width {
-                let i = (y * width + x) as usize * 3;
-                for (got, want) in rgb[i..i + 3].iter().zip(colour(x, y)) {
-                    worst = worst.max(got.abs_diff(want));
+        // 4:4:4 and 4:2:0 alike; away from the edges, where subsampled colour bleeds.
+        for quality in [95, 80] {
+            let image = encode(&frame, ImageFormat::Jpeg { quality }, None).expect("encodes");
+            assert_eq!(
+                (image.width, image.height, image.mime),
+                (64, 64, "image/jpeg")
+            );
+            let (w, h, rgb) = decode_jpeg(&image.bytes);
+            assert_eq!((w, h), (64, 64));
+            let mut worst = 0;
+            for y in (0..height).filter(|v| (4..28).contains(&(v % 32))) {
+                for x in (0..width).filter(|v| (4..28).contains(&(v % 32))) {
+                    let i = (y * width + x) as usize * 3;
+                    for (got, want) in rgb[i..i + 3].iter().zip(colour(x, y)) {
+                        worst = worst.max(got.abs_diff(want));
+                    }
                 }
             }
+            assert!(
+                worst <= 12,
+                "quality {quality}: largest channel error {worst}"
+            );
         }
-        assert!(worst <= 12, "largest channel error {worst}");
     }
 
     #[test]
