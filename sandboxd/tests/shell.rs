@@ -995,9 +995,27 @@ async fn output_with(sandbox: &Sandbox, session: &str, needle: &str) -> String {
     }
 }
 
+/// Kills the processes it holds when dropped, so a failing test leaves nothing behind.
+struct KillOnDrop(std::sync::Mutex<Vec<i32>>);
+
+impl KillOnDrop {
+    fn add(&self, pids: &[i32]) {
+        self.0.lock().unwrap().extend_from_slice(pids);
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in self.0.lock().unwrap().iter() {
+            let _ = kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_that_leave_the_session_still_end_with_their_command() {
     let sandbox = start().await;
+    let cleanup = KillOnDrop(std::sync::Mutex::new(Vec::new()));
     // Bystanders that must survive everything below: another session's escaped background
     // process, another session's running command, and a process that is no shell's at all (as
     // the supervisor's programs are).
@@ -1015,10 +1033,13 @@ async fn processes_that_leave_the_session_still_end_with_their_command() {
     let mut outsider = std::process::Command::new("sleep")
         .arg("1000")
         .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let outsider_pid = outsider.id() as i32;
     let bystanders = [other_background, other_running, outsider_pid];
+    cleanup.add(&bystanders);
 
     // A hard timeout ends what the command started, however it left the session.
     let data = sandbox
@@ -1039,6 +1060,7 @@ async fn processes_that_leave_the_session_still_end_with_their_command() {
     assert_eq!(data["status"], "running");
     let output = output_with(&sandbox, "escape", "d:").await;
     let pids = escaped_pids(&output);
+    cleanup.add(&pids);
     assert!(pids.iter().all(|&pid| !gone(pid)), "started: {output}");
     let (status, killed) = sandbox
         .post("/v1/shell/kill", json!({"id": "escape"}))
@@ -1059,6 +1081,7 @@ async fn processes_that_leave_the_session_still_end_with_their_command() {
         .await;
     let output = data["output"].as_str().unwrap();
     let left = [number_after(output, "a:"), number_after(output, "b:")];
+    cleanup.add(&left);
     assert!(left.iter().all(|&pid| !gone(pid)));
     let (status, _) = sandbox.delete("/v1/shell/sessions/leftovers").await;
     assert_eq!(status, StatusCode::OK);

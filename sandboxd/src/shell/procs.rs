@@ -250,15 +250,17 @@ impl Tracker {
         live.iter().map(|p| p.pid).collect()
     }
 
-    /// Signals the sessions' groups, then every process found. Returns how many were found.
+    /// Finds the processes, then signals the sessions' groups and every process found.
+    /// Scanning first matters: once a parent dies, its children move to a subreaper further up
+    /// and the tree no longer shows where they came from. Returns how many were found.
     fn signal(&mut self, signal: Signal) -> usize {
+        let pids = self.scan(&scan());
         for &sid in &self.sessions {
             match killpg(Pid::from_raw(sid), signal) {
                 Ok(()) | Err(Errno::ESRCH) => {}
                 Err(error) => tracing::warn!(sid, %signal, %error, "cannot signal process group"),
             }
         }
-        let pids = self.scan(&scan());
         signal_each(&pids, signal);
         pids.len()
     }

@@ -32,7 +32,7 @@ __agentbox_save() {
   done
   # The wrapper's own functions are defined anew by the next command's wrapper. (bash runs a
   # copy of a function's body, so this one may unset itself.)
-  builtin unset -f __agentbox_names __agentbox_save
+  builtin unset -f __agentbox_names __agentbox_save __agentbox_done
   {
     builtin export -p
     if [[ ${#__agentbox_keep[@]} -gt 0 ]]; then
@@ -45,6 +45,17 @@ __agentbox_save() {
   else
     builtin pwd -L >"$__agentbox_state/cwd.next"
   fi
+}
+
+# Reports the end of the command to sandboxd, before the slower saving: the marker, the exit
+# status and the working directory, each NUL-terminated, on the session's `done` FIFO (opened
+# read-write, which never blocks). sandboxd answers from this while the state is being saved.
+__agentbox_done() {
+  {
+    builtin printf '%s\0%s\0' "$__agentbox_marker" "$__agentbox_status"
+    if [[ $__agentbox_mode = physical ]]; then builtin pwd -P; else builtin pwd -L; fi
+    builtin printf '\0'
+  } 1<>"$__agentbox_state/done" 2>/dev/null
 }
 
 # Variables every fresh bash has (including the inherited environment): not saved.
@@ -65,6 +76,7 @@ if [[ $# -eq 1 && $1 = --wait-for-command ]]; then
 fi
 __agentbox_state=$2
 __agentbox_mode=$4
+__agentbox_marker=$5
 if [[ -s $__agentbox_state/env ]]; then
   builtin . "$__agentbox_state/env" 2>/dev/null
 fi
@@ -82,6 +94,6 @@ if [[ -n $__agentbox_oldpwd ]]; then OLDPWD=$__agentbox_oldpwd; fi
 builtin unset __agentbox_oldpwd
 
 # `set +x` first, with its own trace silenced, so a command that enabled tracing does not trace
-# the saving.
-builtin trap '{ __agentbox_status=$?; builtin set +o xtrace; } 2>/dev/null; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
+# the report and the saving.
+builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>/dev/null; __agentbox_done; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
 builtin eval -- "$1"
