@@ -157,7 +157,10 @@ async fn run(container: &str, iterations: usize) -> anyhow::Result<()> {
         ),
         ("exec echo: API POST /v1/shell/exec", Stats::of(&api_exec)),
         ("exec echo: docker exec", Stats::of(&docker_exec)),
-        ("screenshot: API ...?format=jpeg (q80)", Stats::of(&api_jpeg)),
+        (
+            "screenshot: API ...?format=jpeg (q80)",
+            Stats::of(&api_jpeg),
+        ),
         (
             "screenshot: import -quality 80 jpeg:-",
             Stats::of(&import_jpeg),
