@@ -91,6 +91,10 @@ prepare() {
   ensure_docker || return 1
   ensure_command debootstrap debootstrap || return 1
   ensure_command curl curl || return 1
+  # The desktop crate compiles libjpeg-turbo (the JPEG encoder) from source: cmake, and nasm
+  # for its SIMD code.
+  ensure_command cmake cmake || return 1
+  ensure_command nasm nasm || return 1
   # The desktop crate's tests drive a real Xvfb on the host.
   ensure_command Xvfb xvfb || return 1
   ensure_command xdpyinfo x11-utils || return 1

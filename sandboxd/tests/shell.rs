@@ -5,6 +5,7 @@
 //! with the reaper in all-children mode, as sandboxd is in a container, so orphans of killed
 //! commands are reaped here and "no zombies" can be checked.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -960,4 +961,144 @@ async fn commands_reach_prewarmed_shells_byte_for_byte() {
         data["output"], "2",
         "the saved environment still carries over"
     );
+}
+
+/// Starts processes that leave the command's Unix session in every usual way, prints their
+/// pids as `a:`, `b:`, `c:`, `d:`, then runs `sleep 1000` in the foreground.
+const ESCAPES: &str = "\
+setsid sleep 1000 >/dev/null 2>&1 & echo a:$!
+setsid sh -c 'sleep 1000 >/dev/null 2>&1 & echo b:$!'
+nohup setsid sh -c 'trap \"\" TERM HUP; exec sleep 1000' >/dev/null 2>&1 & echo c:$!
+env -i setsid sleep 1000 >/dev/null 2>&1 & echo d:$!
+sleep 1000";
+
+fn escaped_pids(output: &str) -> Vec<i32> {
+    ["a:", "b:", "c:", "d:"]
+        .iter()
+        .map(|label| number_after(output, label))
+        .collect()
+}
+
+/// The output of the session's latest command once it holds `needle`.
+async fn output_with(sandbox: &Sandbox, session: &str, needle: &str) -> String {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, view) = sandbox.post("/v1/shell/view", json!({"id": session})).await;
+        let output = view["data"]["output"].as_str().unwrap_or_default();
+        if output.contains(needle) {
+            return output.to_string();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {needle:?} in {output:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Kills the processes it holds when dropped, so a failing test leaves nothing behind.
+struct KillOnDrop(std::sync::Mutex<Vec<i32>>);
+
+impl KillOnDrop {
+    fn add(&self, pids: &[i32]) {
+        self.0.lock().unwrap().extend_from_slice(pids);
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in self.0.lock().unwrap().iter() {
+            let _ = kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_that_leave_the_session_still_end_with_their_command() {
+    let sandbox = start().await;
+    let cleanup = KillOnDrop(std::sync::Mutex::new(Vec::new()));
+    // Bystanders that must survive everything below: another session's escaped background
+    // process, another session's running command, and a process that is no shell's at all (as
+    // the supervisor's programs are).
+    let data = sandbox
+        .run(
+            "bystander",
+            "setsid sleep 1000 >/dev/null 2>&1 & echo bg:$!",
+        )
+        .await;
+    let other_background = number_after(data["output"].as_str().unwrap(), "bg:");
+    let data = sandbox
+        .exec(json!({"id": "busy", "command": "echo pid:$$; sleep 1000", "timeout": 0.5}))
+        .await;
+    let other_running = number_after(data["output"].as_str().unwrap(), "pid:");
+    let mut outsider = std::process::Command::new("sleep")
+        .arg("1000")
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let outsider_pid = outsider.id() as i32;
+    let bystanders = [other_background, other_running, outsider_pid];
+    cleanup.add(&bystanders);
+
+    // A hard timeout ends what the command started, however it left the session.
+    let data = sandbox
+        .exec(json!({"id": "escape", "command": ESCAPES, "hard_timeout": 2}))
+        .await;
+    assert_eq!(data["status"], "hard_timeout", "{data}");
+    let pids = escaped_pids(data["output"].as_str().unwrap());
+    eventually(
+        "processes escaped from a hard-timed-out command are gone",
+        || pids.iter().all(|&pid| gone(pid)),
+    )
+    .await;
+
+    // So does /v1/shell/kill.
+    let data = sandbox
+        .exec(json!({"id": "escape", "command": ESCAPES, "async_mode": true}))
+        .await;
+    assert_eq!(data["status"], "running");
+    let output = output_with(&sandbox, "escape", "d:").await;
+    let pids = escaped_pids(&output);
+    cleanup.add(&pids);
+    assert!(pids.iter().all(|&pid| !gone(pid)), "started: {output}");
+    let (status, killed) = sandbox
+        .post("/v1/shell/kill", json!({"id": "escape"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(killed["data"]["status"], "terminated");
+    eventually("processes escaped from a killed command are gone", || {
+        pids.iter().all(|&pid| gone(pid))
+    })
+    .await;
+
+    // And removing a session ends what its finished commands left behind.
+    let data = sandbox
+        .run(
+            "leftovers",
+            "setsid sleep 1000 >/dev/null 2>&1 & echo a:$!; setsid sh -c 'sleep 1000 >/dev/null 2>&1 & echo b:$!'",
+        )
+        .await;
+    let output = data["output"].as_str().unwrap();
+    let left = [number_after(output, "a:"), number_after(output, "b:")];
+    cleanup.add(&left);
+    assert!(left.iter().all(|&pid| !gone(pid)));
+    let (status, _) = sandbox.delete("/v1/shell/sessions/leftovers").await;
+    assert_eq!(status, StatusCode::OK);
+    eventually("a removed session's escaped processes are gone", || {
+        left.iter().all(|&pid| gone(pid))
+    })
+    .await;
+
+    for pid in bystanders {
+        assert!(!gone(pid), "bystander {pid} was killed");
+    }
+    let _ = kill(
+        Pid::from_raw(other_background),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = sandbox.post("/v1/shell/kill", json!({"id": "busy"})).await;
+    let _ = outsider.kill();
+    let _ = outsider.wait();
 }

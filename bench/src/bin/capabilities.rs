@@ -2,7 +2,8 @@
 //! container and the same run.
 //!
 //! - screenshot: `GET /v1/browser/screenshot` (1280x800 PNG) against `import -window root png:-`
-//!   (OpenAI sample path) and `scrot` + `convert` (Anthropic computer-use-demo path);
+//!   (OpenAI sample path) and `scrot` + `convert` (Anthropic computer-use-demo path); the same
+//!   route with `format=jpeg` (quality 80) against `import -window root jpeg:-`;
 //! - click: `POST /v1/browser/actions` CLICK against `xdotool mousemove --sync X Y click 1`;
 //! - exec: `echo` through `POST /v1/shell/exec` against `docker exec <id> echo`.
 //!
@@ -63,33 +64,18 @@ async fn run(container: &str, iterations: usize) -> anyhow::Result<()> {
 
     println!("capability benchmark: {iterations} iterations each, one container, 1280x800 screen");
 
-    // Screenshot through the API.
-    let mut api_shot = Vec::new();
-    let mut png_bytes = 0;
-    for i in 0..=iterations {
-        let started = Instant::now();
-        let response = client
-            .get(format!("{api}/v1/browser/screenshot"))
-            .bearer_auth(KEY)
-            .send()
-            .await?;
-        if response.status() != 200 {
-            bail!("screenshot answered {}", response.status());
-        }
-        let width = header(&response, "x-image-width");
-        let body = response.bytes().await?;
-        if i > 0 {
-            api_shot.push(started.elapsed());
-        }
-        png_bytes = body.len();
-        if !body.starts_with(b"\x89PNG") || width != "1280" {
-            bail!("not a 1280-wide PNG (width {width})");
-        }
-    }
+    // Screenshots through the API.
+    let (api_shot, png_bytes) = time_screenshots(&client, &api, iterations, "png").await?;
+    let (api_jpeg, jpeg_bytes) = time_screenshots(&client, &api, iterations, "jpeg").await?;
     let import = time_in_container(
         container,
         iterations,
         "import -window root png:- > /dev/null",
+    )?;
+    let import_jpeg = time_in_container(
+        container,
+        iterations,
+        "import -window root -quality 80 jpeg:- > /dev/null",
     )?;
     let scrot = time_in_container(
         container,
@@ -171,6 +157,14 @@ async fn run(container: &str, iterations: usize) -> anyhow::Result<()> {
         ),
         ("exec echo: API POST /v1/shell/exec", Stats::of(&api_exec)),
         ("exec echo: docker exec", Stats::of(&docker_exec)),
+        (
+            "screenshot: API ...?format=jpeg (q80)",
+            Stats::of(&api_jpeg),
+        ),
+        (
+            "screenshot: import -quality 80 jpeg:-",
+            Stats::of(&import_jpeg),
+        ),
     ];
     println!();
     print_header();
@@ -179,7 +173,11 @@ async fn run(container: &str, iterations: usize) -> anyhow::Result<()> {
     }
     let ratio = |baseline: usize, ours: usize| rows[baseline].1.median / rows[ours].1.median;
     println!();
-    println!("API PNG size: {} KiB", png_bytes / 1024);
+    println!(
+        "API PNG size: {} KiB, JPEG size: {} KiB",
+        png_bytes / 1024,
+        jpeg_bytes / 1024
+    );
     println!(
         "screenshot: median {:.1} ms (goal <= 20); {:.1}x faster than import (goal >= 3), {:.1}x faster than scrot+convert",
         rows[0].1.median,
@@ -187,16 +185,58 @@ async fn run(container: &str, iterations: usize) -> anyhow::Result<()> {
         ratio(2, 0)
     );
     println!(
+        "jpeg screenshot: median {:.2} ms (goal <= 5); PNG/JPEG {:.2}; {:.1}x faster than import to JPEG",
+        rows[7].1.median,
+        ratio(0, 7),
+        ratio(8, 7)
+    );
+    println!(
         "click: median {:.2} ms (goal <= 5); {:.1}x faster than xdotool (goal >= 20)",
         rows[3].1.median,
         ratio(4, 3)
     );
     println!(
-        "exec: median {:.2} ms (goal <= 5); {:.1}x faster than docker exec (goal >= 10)",
+        "exec: median {:.2} ms (goal <= 3); {:.1}x faster than docker exec (goal >= 10)",
         rows[5].1.median,
         ratio(6, 5)
     );
     Ok(())
+}
+
+/// Times `iterations` screenshots in `format` (after one warm-up); returns the times and the
+/// size of the last image.
+async fn time_screenshots(
+    client: &reqwest::Client,
+    api: &str,
+    iterations: usize,
+    format: &str,
+) -> anyhow::Result<(Vec<Duration>, usize)> {
+    let (magic, url): (&[u8], String) = match format {
+        "jpeg" => (
+            b"\xff\xd8",
+            format!("{api}/v1/browser/screenshot?format=jpeg"),
+        ),
+        _ => (b"\x89PNG", format!("{api}/v1/browser/screenshot")),
+    };
+    let mut times = Vec::new();
+    let mut bytes = 0;
+    for i in 0..=iterations {
+        let started = Instant::now();
+        let response = client.get(&url).bearer_auth(KEY).send().await?;
+        if response.status() != 200 {
+            bail!("{format} screenshot answered {}", response.status());
+        }
+        let width = header(&response, "x-image-width");
+        let body = response.bytes().await?;
+        if i > 0 {
+            times.push(started.elapsed());
+        }
+        bytes = body.len();
+        if !body.starts_with(magic) || width != "1280" {
+            bail!("not a 1280-wide {format} (width {width})");
+        }
+    }
+    Ok((times, bytes))
 }
 
 fn header(response: &reqwest::Response, name: &str) -> String {

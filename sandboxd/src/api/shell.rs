@@ -34,6 +34,8 @@ use crate::shell::{
 const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 /// Longest command line: what one exec argument may hold on Linux (MAX_ARG_STRLEN), less room.
 const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1024;
+/// Longest wait for the previous command of a session to finish saving the session's state.
+const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 /// Most input accepted by one `write`.
 const MAX_INPUT_BYTES: usize = 1024 * 1024;
 
@@ -142,6 +144,13 @@ pub async fn run_exec(
         id,
         ..NewSession::default()
     })?;
+    // The previous command answered before it saved the session's state; this one starts from
+    // that state.
+    if let Some(previous) = session.current_job()
+        && !previous.is_running()
+    {
+        previous.settled(SETTLE_LIMIT).await;
+    }
     let job = shell.start(
         &session,
         CommandRequest {

@@ -1,14 +1,22 @@
 //! One command of a shell session, from spawn to exit.
 //!
-//! The command runs as `bash -c <wrapper> bash COMMAND STATE_DIR START_DIR MODE` (see
+//! The command runs as `bash -c <wrapper> bash COMMAND STATE_DIR START_DIR MODE MARKER` (see
 //! `wrapper.bash`): the command is an argument, never part of a script string. Usually the bash
 //! is a [`Prewarmed`] one, started before the request with `--wait-for-command` and handed the
-//! same four values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
-//! session and process group; stdout and stderr share one pipe, so their lines stay in order;
+//! same five values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
+//! session and process group and is a child subreaper, so that orphans of what it starts stay
+//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay in order;
 //! stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
 //! bounded [`OutputBuffer`], enforces the hard timeout and publishes the [`Outcome`] once bash
 //! has been reaped. Background processes the command leaves behind keep running, like in any
 //! shell; their later output is still read (and bounded) until they close the pipe.
+//!
+//! The answer does not wait for the session's state to be saved: the wrapper's exit trap first
+//! reports the command's exit status and working directory on the session's `done` FIFO, and
+//! the [`Outcome`] is published from that; bash then saves the environment and exits, and the
+//! job is *settled* ([`Job::settled`]) once sandboxd has taken that state. The next command of
+//! the session waits for it. A command that never reaches the trap (killed, `exec`) is finished
+//! when bash is reaped, as before.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -107,6 +115,8 @@ pub struct JobSpec {
     pub stop_grace: Duration,
     /// The prompt shown in front of the command in console records.
     pub ps1: String,
+    /// Unique to this command: exported as [`procs::MARKER_VAR`] to everything it starts.
+    pub marker: String,
 }
 
 /// A running or finished command.
@@ -116,11 +126,15 @@ pub struct Job {
     ps1: String,
     /// bash's pid: also the id of the process group and session the command runs in.
     pid: i32,
+    /// The value of [`procs::MARKER_VAR`] its programs inherit.
+    marker: String,
     stop_grace: Duration,
     output: Mutex<OutputBuffer>,
     /// Bytes of output received so far; waiters watch it for the no-change timeout.
     output_seen: watch::Sender<u64>,
     outcome: watch::Sender<Option<Outcome>>,
+    /// True once bash has been reaped and the session state it saved has been taken.
+    settled: watch::Sender<bool>,
     stop_reason: Mutex<Option<StopReason>>,
     stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
 }
@@ -223,8 +237,8 @@ impl Prewarmed {
         self.kind
     }
 
-    /// Hands the command over: COMMAND STATE_DIR START_DIR MODE, each NUL-terminated. Fails if
-    /// the bash is gone (killed meanwhile), so the caller can start a cold one.
+    /// Hands the command over: COMMAND STATE_DIR START_DIR MODE MARKER, each NUL-terminated.
+    /// Fails if the bash is gone (killed meanwhile), so the caller can start a cold one.
     fn hand_over(&mut self, spec: &JobSpec) -> io::Result<()> {
         use std::io::Write;
         use std::os::unix::ffi::OsStrExt;
@@ -240,6 +254,7 @@ impl Prewarmed {
             spec.state_dir.as_os_str().as_bytes(),
             spec.start_dir.as_os_str().as_bytes(),
             mode(spec.physical).as_bytes(),
+            spec.marker.as_bytes(),
         ] {
             message.extend_from_slice(part);
             message.push(0);
@@ -284,6 +299,13 @@ fn spawn_bash(
         command.uid(identity.uid).gid(identity.gid);
     }
     supervisor::process::new_session(&mut command);
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2), which
+    // is async-signal-safe. The attribute survives exec and is not inherited by bash's
+    // children: orphans of the command's double forks are re-parented to bash, not to PID 1,
+    // so its process tree still holds them (see `procs`).
+    unsafe {
+        command.pre_exec(|| nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from));
+    }
     let spawned = supervisor::reaper().spawn(&mut command)?;
     // Close our copies of the pipe's write end, so the reader sees EOF once the command's
     // processes have all closed theirs.
@@ -310,6 +332,10 @@ impl Job {
         activity: ActivityGuard,
     ) -> io::Result<Arc<Job>> {
         let kind = EnvKind::of_state_dir(&spec.state_dir);
+        // Opened before bash can write to it; without it, the outcome waits for bash's exit.
+        let done = open_done_fifo(&spec.state_dir, spec.identity.as_ref())
+            .inspect_err(|error| tracing::warn!(%error, "shell command reports unavailable"))
+            .ok();
         let warm = warm.filter(|w| w.kind == kind && spec.command.len() <= MAX_PREWARMED_COMMAND);
         let bash = match warm.map(|mut w| w.hand_over(&spec).map(|()| w)) {
             Some(Ok(w)) => SpawnedBash {
@@ -330,7 +356,8 @@ impl Job {
                     .arg(&spec.command)
                     .arg(&spec.state_dir)
                     .arg(&spec.start_dir)
-                    .arg(mode(spec.physical));
+                    .arg(mode(spec.physical))
+                    .arg(&spec.marker);
                 spawn_bash(command, kind, spec.identity.as_ref())?
             }
         };
@@ -338,18 +365,23 @@ impl Job {
             command: spec.command,
             ps1: spec.ps1,
             pid: bash.pid,
+            marker: spec.marker,
             stop_grace: spec.stop_grace,
             output: Mutex::new(OutputBuffer::new(spec.output_limit)),
             output_seen: watch::Sender::new(0),
             outcome: watch::Sender::new(None),
+            settled: watch::Sender::new(false),
             stop_reason: Mutex::new(None),
             stdin: tokio::sync::Mutex::new(bash.stdin),
         });
         tracing::debug!(pid = job.pid, "shell command started");
         tokio::spawn(supervise(
             job.clone(),
-            bash.output,
-            bash.exit,
+            Pipes {
+                output: bash.output,
+                exit: bash.exit,
+                done,
+            },
             spec.hard_timeout,
             spec.state_dir,
             activity,
@@ -370,6 +402,14 @@ impl Job {
         self.pid
     }
 
+    /// What finds the command's processes (see [`procs`]).
+    pub fn mark(&self) -> procs::JobMark {
+        procs::JobMark {
+            sid: self.pid,
+            marker: self.marker.clone(),
+        }
+    }
+
     /// How it ended, or None while it runs.
     pub fn outcome(&self) -> Option<Outcome> {
         self.outcome.borrow().clone()
@@ -377,6 +417,15 @@ impl Job {
 
     pub fn is_running(&self) -> bool {
         self.outcome.borrow().is_none()
+    }
+
+    /// Waits, at most `limit`, until bash has exited and the session state it saved has been
+    /// taken (the next command of the session starts from it). True when settled.
+    pub async fn settled(&self, limit: Duration) -> bool {
+        let mut settled = self.settled.subscribe();
+        tokio::time::timeout(limit, settled.wait_for(|done| *done))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     pub fn status(&self) -> CommandStatus {
@@ -434,8 +483,9 @@ impl Job {
         }
     }
 
-    /// Ends the command and every process of its session: SIGTERM, the grace period, then
-    /// SIGKILL. Returns once bash has been reaped (or a bounded wait has passed).
+    /// Ends the command and every process it started, including those that left its session
+    /// (see [`procs`]): SIGTERM, the grace period, then SIGKILL. Returns once bash has been
+    /// reaped (or a bounded wait has passed).
     pub async fn stop(&self, reason: StopReason) {
         if !self.is_running() {
             return;
@@ -446,9 +496,11 @@ impl Job {
                 *current = Some(reason);
             }
         }
-        let (pid, grace) = (self.pid, self.stop_grace);
+        let (pid, grace, mark) = (self.pid, self.stop_grace, self.mark());
+        // bash is running, or reaped so recently that no process can have its pid yet: its
+        // session id is its own.
         let stopped = tokio::task::spawn_blocking(move || {
-            procs::terminate_session(pid, Signal::SIGTERM, grace)
+            procs::terminate_jobs(&[mark], true, Signal::SIGTERM, grace)
         })
         .await;
         if let Err(error) = stopped {
@@ -519,16 +571,105 @@ fn apply_environment(command: &mut Command, kind: EnvKind, identity: Option<&Ide
     }
 }
 
-/// The task that owns a job's output pipe and exit status.
+/// What [`supervise`] watches.
+struct Pipes {
+    output: pipe::Receiver,
+    exit: tokio::sync::oneshot::Receiver<ExitStatus>,
+    /// The session's `done` FIFO, if it could be opened.
+    done: Option<pipe::Receiver>,
+}
+
+/// The name of the FIFO in the session's state directory on which the wrapper reports the end
+/// of the command: MARKER, exit status and working directory, each NUL-terminated.
+const DONE_FIFO: &str = "done";
+/// Longest report accepted (a working directory is at most PATH_MAX).
+const MAX_REPORT: usize = 8 * 1024;
+
+/// Creates the session's `done` FIFO if needed and opens it for reading. It is opened
+/// read-write, so that it never reads as closed between writers; the wrapper opens it
+/// read-write too, which never blocks.
+fn open_done_fifo(state_dir: &Path, identity: Option<&Identity>) -> io::Result<pipe::Receiver> {
+    use std::os::unix::fs::FileTypeExt;
+    let path = state_dir.join(DONE_FIFO);
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_fifo() => {}
+        Ok(_) => {
+            std::fs::remove_file(&path)?;
+            make_fifo(&path, identity)?;
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => make_fifo(&path, identity)?,
+        Err(error) => return Err(error),
+    }
+    pipe::OpenOptions::new()
+        .read_write(true)
+        .open_receiver(&path)
+}
+
+fn make_fifo(path: &Path, identity: Option<&Identity>) -> io::Result<()> {
+    nix::unistd::mkfifo(
+        path,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )?;
+    if let Some(identity) = identity {
+        std::os::unix::fs::chown(path, Some(identity.uid), Some(identity.gid))?;
+    }
+    Ok(())
+}
+
+/// A report from the wrapper: the command's exit status and working directory.
+#[derive(Debug, PartialEq, Eq)]
+struct Report {
+    exit_code: i32,
+    cwd: Option<PathBuf>,
+}
+
+/// Parses `MARKER\0STATUS\0CWD\n\0` once all of it has arrived; None while incomplete, or
+/// when it is another command's or malformed (then it is ignored).
+fn parse_report(bytes: &[u8], marker: &str) -> Option<Report> {
+    let mut fields = bytes.split(|&b| b == 0);
+    let (who, status, cwd) = (fields.next()?, fields.next()?, fields.next()?);
+    fields.next()?; // the third NUL has arrived
+    if who != marker.as_bytes() {
+        return None;
+    }
+    let exit_code: i32 = std::str::from_utf8(status).ok()?.parse().ok()?;
+    let cwd = std::str::from_utf8(cwd.strip_suffix(b"\n").unwrap_or(cwd)).ok();
+    Some(Report {
+        exit_code,
+        cwd: cwd.filter(|c| c.starts_with('/')).map(PathBuf::from),
+    })
+}
+
+/// Reads what is in the pipe now without waiting. (A direct non-blocking read: Tokio's
+/// readiness may be stale.) Returns true at end of file.
+fn drain_now(output: &pipe::Receiver, buf: &mut [u8], job: &Job) -> bool {
+    loop {
+        match nix::unistd::read(output.as_fd(), buf) {
+            Ok(0) => return true,
+            Ok(n) => job.append_output(&buf[..n]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return false, // EAGAIN: nothing more for now
+        }
+    }
+}
+
+/// The task that owns a job's output pipe, its report FIFO and its exit status.
 async fn supervise(
     job: Arc<Job>,
-    mut output: pipe::Receiver,
-    mut exit: tokio::sync::oneshot::Receiver<ExitStatus>,
+    pipes: Pipes,
     hard_timeout: Option<Duration>,
     state_dir: PathBuf,
     activity: ActivityGuard,
 ) {
+    let Pipes {
+        mut output,
+        mut exit,
+        mut done,
+    } = pipes;
+    let mut activity = Some(activity);
     let mut buf = vec![0u8; 16 * 1024];
+    let mut report_buf = [0u8; 1024];
+    let mut report = Vec::new();
     let mut eof = false;
     let hard_deadline = hard_timeout.map(|d| Instant::now() + d);
     let mut hard_fired = false;
@@ -542,6 +683,27 @@ async fn supervise(
                     eof = true;
                 }
             },
+            read = read_some(done.as_mut(), &mut report_buf), if done.is_some() && job.is_running() => {
+                match read {
+                    Ok(n) if n > 0 && report.len() + n <= MAX_REPORT => {
+                        report.extend_from_slice(&report_buf[..n]);
+                        if let Some(parsed) = parse_report(&report, &job.marker) {
+                            if job.lock_reason().is_none() {
+                                // The command's own output is all in the pipe by now.
+                                eof = drain_now(&output, &mut buf, &job);
+                                job.outcome.send_replace(Some(Outcome {
+                                    status: CommandStatus::Completed,
+                                    exit_code: parsed.exit_code,
+                                    cwd_after: parsed.cwd,
+                                }));
+                                drop(activity.take());
+                            }
+                            done = None;
+                        }
+                    }
+                    _ => done = None, // a broken or oversized report: wait for the exit
+                }
+            },
             status = &mut exit => break status.ok(),
             () = sleep_until(hard_deadline), if !hard_fired => {
                 hard_fired = true;
@@ -551,39 +713,43 @@ async fn supervise(
             }
         }
     };
+    drop(done);
     // Everything bash and its foreground children wrote is in the pipe by now: take it before
-    // publishing the outcome. (A direct non-blocking read: Tokio's readiness may be stale.)
-    while !eof {
-        match nix::unistd::read(output.as_fd(), &mut buf) {
-            Ok(0) => eof = true,
-            Ok(n) => job.append_output(&buf[..n]),
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => break, // EAGAIN: nothing more for now
-        }
+    // publishing the outcome.
+    if !eof {
+        eof = drain_now(&output, &mut buf, &job);
     }
     let exit_code = status.map(ExitStatus::as_shell_code).unwrap_or(-1);
     let reason = *job.lock_reason();
-    let outcome = match reason {
-        Some(StopReason::HardTimeout) => Outcome {
-            status: CommandStatus::HardTimeout,
-            exit_code,
-            cwd_after: None,
-        },
-        Some(StopReason::Killed) => Outcome {
-            status: CommandStatus::Terminated,
-            exit_code,
-            cwd_after: None,
-        },
-        None => Outcome {
-            status: CommandStatus::Completed,
-            exit_code,
-            cwd_after: take_saved_state(&state_dir),
-        },
-    };
+    // A command that was stopped leaves the previous state in place.
+    let saved_cwd = reason
+        .is_none()
+        .then(|| take_saved_state(&state_dir))
+        .flatten();
+    if job.is_running() {
+        let outcome = match reason {
+            Some(StopReason::HardTimeout) => Outcome {
+                status: CommandStatus::HardTimeout,
+                exit_code,
+                cwd_after: None,
+            },
+            Some(StopReason::Killed) => Outcome {
+                status: CommandStatus::Terminated,
+                exit_code,
+                cwd_after: None,
+            },
+            None => Outcome {
+                status: CommandStatus::Completed,
+                exit_code,
+                cwd_after: saved_cwd,
+            },
+        };
+        job.outcome.send_replace(Some(outcome));
+    }
     // No more input: close stdin (background readers see EOF).
     job.stdin.lock().await.take();
     tracing::debug!(pid = job.pid, exit_code, "shell command finished");
-    job.outcome.send_replace(Some(outcome));
+    job.settled.send_replace(true);
     drop(activity);
     // Background processes may still hold the pipe: keep reading (into the bounded buffer) so
     // they never block on a full pipe.
@@ -592,6 +758,14 @@ async fn supervise(
             Ok(0) | Err(_) => eof = true,
             Ok(n) => job.append_output(&buf[..n]),
         }
+    }
+}
+
+/// Reads from `pipe` (never None when called: the select branch is disabled then).
+async fn read_some(pipe: Option<&mut pipe::Receiver>, buf: &mut [u8]) -> io::Result<usize> {
+    match pipe {
+        Some(pipe) => pipe.read(buf).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -609,4 +783,33 @@ fn take_saved_state(state_dir: &Path) -> Option<PathBuf> {
     let _ = std::fs::remove_file(&cwd_next);
     let cwd = cwd.strip_suffix('\n').unwrap_or(&cwd);
     (!cwd.is_empty() && cwd.starts_with('/')).then(|| PathBuf::from(cwd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_parse_once_complete_and_only_for_their_command() {
+        let full = b"m.1\x003\x00/tmp/a b\nc\n\x00";
+        assert_eq!(
+            parse_report(full, "m.1"),
+            Some(Report {
+                exit_code: 3,
+                cwd: Some(PathBuf::from("/tmp/a b\nc"))
+            })
+        );
+        for cut in 0..full.len() {
+            assert_eq!(parse_report(&full[..cut], "m.1"), None, "cut at {cut}");
+        }
+        assert_eq!(parse_report(full, "m.2"), None, "another command's");
+        assert_eq!(parse_report(b"m.1\x00x\x00/\n\x00", "m.1"), None);
+        assert_eq!(
+            parse_report(b"m.1\x000\x00relative\n\x00", "m.1"),
+            Some(Report {
+                exit_code: 0,
+                cwd: None
+            })
+        );
+    }
 }

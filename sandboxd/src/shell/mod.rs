@@ -6,8 +6,9 @@
 //!   a prompt. Idle sessions expire; when the set is full the least recently used idle session
 //!   makes room (its background processes keep running).
 //! - Each command is a [`Job`]: bash leading its own session and process group, output merged
-//!   and bounded, a hard timeout that ends every process of that session, and an activity guard
-//!   held while it runs so the idle dead-man switch waits for it.
+//!   and bounded, a hard timeout that ends every process the command started (even those that
+//!   left its session: see [`procs`]), and an activity guard held while it runs so the idle
+//!   dead-man switch waits for it.
 //! - A [`Terminal`] is an interactive `bash -l` on a pseudo-terminal.
 //! - Everything runs as the unprivileged user: sandboxd normally runs as `agent` and commands
 //!   inherit that; if sandboxd runs as root, commands drop to [`ShellConfig::run_as`].
@@ -17,7 +18,7 @@
 //! - [`job`]: one command, from spawn to exit (and `wrapper.bash`, the script around it).
 //! - [`output`]: the bounded output buffer and its rendering as plain text.
 //! - [`terminal`]: the pseudo-terminal.
-//! - [`procs`]: finding and ending every process of a Unix session.
+//! - [`procs`]: finding and ending every process a command or terminal started.
 
 pub mod job;
 pub mod output;
@@ -170,14 +171,19 @@ pub struct Shell {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// Open terminals: id -> the terminal's session id (its bash pid).
     terminals: Arc<Mutex<HashMap<String, i32>>>,
-    /// Command session ids of sessions that expired or were evicted: their background
-    /// processes are left running, and ended when sandboxd stops.
-    detached: Mutex<Vec<i32>>,
+    /// Commands of sessions that expired or were evicted: their background processes are left
+    /// running, and ended when sandboxd stops.
+    detached: Mutex<Vec<procs::JobMark>>,
     identity: OnceLock<Result<Option<Identity>, String>>,
     /// Created on first use.
     state_root: Mutex<Option<PathBuf>>,
     next_state_dir: AtomicU64,
     closed: AtomicBool,
+    /// Random per shell: the first part of every command's marker, so that markers of another
+    /// shell (an earlier sandboxd, another test) never match.
+    marker_prefix: String,
+    /// Numbers commands, for their markers.
+    next_job: AtomicU64,
     /// One bash of each environment kind started ahead of the next command (see
     /// [`job::Prewarmed`]).
     prewarmed: Mutex<Vec<Prewarmed>>,
@@ -200,6 +206,8 @@ impl Shell {
             state_root: Mutex::new(None),
             next_state_dir: AtomicU64::new(1),
             closed: AtomicBool::new(false),
+            marker_prefix: new_session_id(),
+            next_job: AtomicU64::new(1),
             prewarmed: Mutex::new(Vec::new()),
         }
     }
@@ -293,6 +301,11 @@ impl Shell {
                 output_limit: self.config.output_limit,
                 stop_grace: self.config.stop_grace,
                 ps1,
+                marker: format!(
+                    "{}.{}",
+                    self.marker_prefix,
+                    self.next_job.fetch_add(1, Ordering::Relaxed)
+                ),
             },
             warm,
             self.activity.hold(),
@@ -302,7 +315,7 @@ impl Shell {
         // just took the waiting one should not pay for the next.
         let shell = Arc::clone(self);
         tokio::task::spawn_blocking(move || shell.refill_prewarmed(kind, identity.as_ref()));
-        state.remember(job.pid());
+        state.remember(job.mark());
         state.current = Some(job.clone());
         state.touch();
         Ok(job)
@@ -468,13 +481,13 @@ impl Shell {
 
     /// Forgets a session without ending its background processes.
     fn detach(&self, session: &Session) {
-        let pids = {
+        let jobs = {
             let mut state = session.lock();
             state.closed = true;
-            std::mem::take(&mut state.job_pids)
+            std::mem::take(&mut state.jobs)
         };
         let mut detached = self.lock_detached();
-        detached.extend(pids);
+        detached.extend(jobs);
         let excess = detached.len().saturating_sub(MAX_DETACHED);
         detached.drain(..excess);
         drop(detached);
@@ -577,7 +590,7 @@ impl Shell {
         self.terminals.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_detached(&self) -> MutexGuard<'_, Vec<i32>> {
+    fn lock_detached(&self) -> MutexGuard<'_, Vec<procs::JobMark>> {
         // As above.
         self.detached.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -590,15 +603,15 @@ impl Shell {
 
 /// Ends a removed session's command and background processes and deletes its state.
 async fn close_session(session: Arc<Session>, grace: Duration, state_root: Option<PathBuf>) {
-    let (job, pids) = {
+    let (job, jobs) = {
         let mut state = session.lock();
         state.closed = true;
-        (state.current.clone(), std::mem::take(&mut state.job_pids))
+        (state.current.clone(), std::mem::take(&mut state.jobs))
     };
     if let Some(job) = job {
         job.stop(StopReason::Killed).await;
     }
-    let ended = tokio::task::spawn_blocking(move || procs::terminate_leftovers(&pids, grace)).await;
+    let ended = tokio::task::spawn_blocking(move || procs::terminate_leftovers(&jobs, grace)).await;
     if let Err(error) = ended {
         tracing::error!(%error, "ending a shell session's processes panicked");
     }

@@ -1,30 +1,62 @@
-//! Finding and ending every process of a Unix session.
+//! Finding and ending every process a shell command or terminal started.
 //!
 //! Each shell command and each terminal is started as the leader of a new session (and process
-//! group), so its session id is its pid. Stopping it signals the process group (atomic, so a
-//! loop that keeps forking cannot slip through) and every process whose session id matches,
-//! found in `/proc` (this catches children that moved to their own process group, such as those
-//! of `timeout` or an interactive shell's jobs). Processes that left the session with `setsid`
-//! are out of reach, as with any shell.
+//! group), so its session id is its pid. A command's processes are found four ways, because
+//! cgroups are not writable inside the container and any one way can be escaped:
+//! - its **process group** (signalled atomically, so a loop that keeps forking cannot slip
+//!   through) and its **Unix session** (children that moved to their own process group, such as
+//!   those of `timeout` or an interactive shell's jobs);
+//! - its **marker**: [`MARKER_VAR`] in the environment, set to a value unique to the command, is
+//!   inherited by every program it starts and survives `setsid`, double forks and `nohup`
+//!   (read from `/proc/<pid>/environ`, the environment a program was started with);
+//! - the **parent-pid tree** below every process found: children that cleared their
+//!   environment. The command's bash is a child subreaper while it runs, so orphans of a double
+//!   fork stay in its tree instead of moving to PID 1;
+//! - every process found once stays found (by pid and start time) until it is gone, so a
+//!   process whose parent died during the kill is not lost.
+//!
+//! Scans repeat until nothing is left, so processes forked while a kill is in progress are
+//! caught too. A process that both cleared its environment and was orphaned after the
+//! command's bash had exited is out of reach, as is a same-user process that made itself
+//! non-dumpable (its environment cannot be read).
+//!
+//! Processes in sandboxd's own session, sandboxd itself and PID 1 are never signalled.
 //!
 //! The functions here block (they read `/proc` and sleep); async callers use `spawn_blocking`.
 
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
+/// The environment variable that marks every program a shell command started.
+pub const MARKER_VAR: &str = "AGENTBOX_SHELL_JOB";
+
 /// How often membership is checked while waiting for processes to go.
 const POLL: Duration = Duration::from_millis(20);
 /// How long to keep sending SIGKILL before giving up on a process (one stuck in the kernel).
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
-/// One live process, as far as stopping sessions is concerned.
+/// What identifies the processes of one shell command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobMark {
+    /// bash's pid: the Unix session and process group the command started in.
+    pub sid: i32,
+    /// The value of [`MARKER_VAR`] the command's programs inherit (unique per command).
+    pub marker: String,
+}
+
+/// One live process, as far as stopping commands is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessEntry {
     pub pid: i32,
+    pub ppid: i32,
+    pub pgrp: i32,
     pub session: i32,
+    /// Start time after boot, in clock ticks: tells a process from a later one with its pid.
+    pub start_time: u64,
     /// Exited but not reaped yet: it holds no resources and cannot be signalled.
     pub zombie: bool,
 }
@@ -49,14 +81,30 @@ fn parse_stat(pid: i32, stat: &str) -> Option<ProcessEntry> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_whitespace();
     let state = fields.next()?;
-    let _ppid = fields.next()?;
-    let _pgrp = fields.next()?;
+    let ppid: i32 = fields.next()?.parse().ok()?;
+    let pgrp: i32 = fields.next()?.parse().ok()?;
     let session: i32 = fields.next()?.parse().ok()?;
+    // Fields 7 to 21 of stat(5), then starttime (22); `state` was field 3.
+    let start_time: u64 = fields.nth(15)?.parse().ok()?;
     Some(ProcessEntry {
         pid,
+        ppid,
+        pgrp,
         session,
+        start_time,
         zombie: matches!(state, "Z" | "X"),
     })
+}
+
+/// The value of [`MARKER_VAR`] in the environment `pid` was started with; None when it has none
+/// or the environment cannot be read (gone, another user's, non-dumpable).
+fn marker_of(pid: i32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{MARKER_VAR}=");
+    environ
+        .split(|&b| b == 0)
+        .find_map(|var| var.strip_prefix(prefix.as_bytes()))
+        .map(|value| String::from_utf8_lossy(value).into_owned())
 }
 
 /// Live (non-zombie) processes of session `sid`.
@@ -68,15 +116,14 @@ pub fn members(sid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Sandboxd's own session id, or 0 if it cannot be read.
+fn own_session() -> i32 {
+    nix::unistd::getsid(None).map(Pid::as_raw).unwrap_or(0)
+}
+
 /// True when `sid` may be signalled: never init's, never our own session.
 fn signallable(sid: i32) -> bool {
-    if sid <= 1 {
-        return false;
-    }
-    match nix::unistd::getsid(None) {
-        Ok(own) => own.as_raw() != sid,
-        Err(_) => true,
-    }
+    sid > 1 && sid != own_session()
 }
 
 /// Sends `signal` to the process group `sid` and to every live member of session `sid`.
@@ -90,13 +137,17 @@ pub fn signal_session(sid: i32, signal: Signal) -> usize {
         Err(error) => tracing::warn!(sid, %signal, %error, "cannot signal process group"),
     }
     let pids = members(sid);
-    for &pid in &pids {
+    signal_each(&pids, signal);
+    pids.len()
+}
+
+fn signal_each(pids: &[i32], signal: Signal) {
+    for &pid in pids {
         match kill(Pid::from_raw(pid), signal) {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(error) => tracing::warn!(pid, %signal, %error, "cannot signal process"),
         }
     }
-    pids.len()
 }
 
 /// Ends session `sid`: `first` (SIGTERM, or SIGHUP for a terminal) to every member, up to
@@ -129,46 +180,160 @@ pub fn terminate_session(sid: i32, first: Signal, grace: Duration) -> bool {
     }
 }
 
-/// Ends what is left of sessions whose leaders have already been reaped (background jobs of
-/// finished commands). A session id is only trusted while its number is not in use by a live
-/// process: a pid is never reused while processes still carry it as their session id, so if a
-/// process with that pid exists, the old session is empty and the number now belongs to
-/// someone else.
-pub fn terminate_leftovers(sids: &[i32], grace: Duration) {
-    let processes = scan();
-    let live: Vec<i32> = sids
-        .iter()
-        .copied()
-        .filter(|&sid| {
-            !processes.iter().any(|p| p.pid == sid)
-                && processes.iter().any(|p| p.session == sid && !p.zombie)
-        })
-        .collect();
-    for &sid in &live {
-        signal_session(sid, Signal::SIGTERM);
+/// The processes of some shell commands, found again on every [`Tracker::scan`].
+#[derive(Debug)]
+struct Tracker {
+    /// Unix sessions (and process groups) whose every member belongs to the commands.
+    sessions: HashSet<i32>,
+    markers: HashSet<String>,
+    /// Processes found before, by pid, with their start times.
+    known: HashMap<i32, u64>,
+    own_pid: i32,
+    own_session: i32,
+}
+
+impl Tracker {
+    /// Tracks `jobs`. With `sessions_trusted` false, a session id counts only while no live
+    /// process has that pid: a pid is never reused while processes still carry it as their
+    /// session or group id, so if a process with that pid exists, the old session is empty and
+    /// the number now belongs to someone else.
+    fn new(jobs: &[JobMark], processes: &[ProcessEntry], sessions_trusted: bool) -> Self {
+        let own_session = own_session();
+        let sessions = jobs
+            .iter()
+            .map(|job| job.sid)
+            .filter(|&sid| sid > 1 && sid != own_session)
+            .filter(|&sid| sessions_trusted || !processes.iter().any(|p| p.pid == sid))
+            .collect();
+        Self {
+            sessions,
+            markers: jobs.iter().map(|job| job.marker.clone()).collect(),
+            known: HashMap::new(),
+            own_pid: std::process::id() as i32,
+            own_session,
+        }
     }
-    for sid in live {
-        terminate_session(sid, Signal::SIGTERM, grace);
+
+    /// The live processes of the commands now: members of their sessions or groups, holders of
+    /// their markers, processes found before, and every descendant of those.
+    fn scan(&mut self, processes: &[ProcessEntry]) -> Vec<i32> {
+        let eligible =
+            |p: &ProcessEntry| p.pid > 1 && p.pid != self.own_pid && p.session != self.own_session;
+        let mut found: HashSet<i32> = HashSet::new();
+        for p in processes.iter().filter(|p| eligible(p)) {
+            let member = self.sessions.contains(&p.session)
+                || self.sessions.contains(&p.pgrp)
+                || self.known.get(&p.pid) == Some(&p.start_time)
+                || (!p.zombie && marker_of(p.pid).is_some_and(|m| self.markers.contains(&m)));
+            if member {
+                found.insert(p.pid);
+            }
+        }
+        // Descendants, through the parent-pid links.
+        let mut children: HashMap<i32, Vec<&ProcessEntry>> = HashMap::new();
+        for p in processes.iter().filter(|p| eligible(p)) {
+            children.entry(p.ppid).or_default().push(p);
+        }
+        let mut queue: Vec<i32> = found.iter().copied().collect();
+        while let Some(parent) = queue.pop() {
+            for child in children.get(&parent).into_iter().flatten() {
+                if found.insert(child.pid) {
+                    queue.push(child.pid);
+                }
+            }
+        }
+        let live: Vec<&ProcessEntry> = processes
+            .iter()
+            .filter(|p| found.contains(&p.pid) && !p.zombie)
+            .collect();
+        self.known = live.iter().map(|p| (p.pid, p.start_time)).collect();
+        live.iter().map(|p| p.pid).collect()
     }
+
+    /// Finds the processes, then signals the sessions' groups and every process found.
+    /// Scanning first matters: once a parent dies, its children move to a subreaper further up
+    /// and the tree no longer shows where they came from. Returns how many were found.
+    fn signal(&mut self, signal: Signal) -> usize {
+        let pids = self.scan(&scan());
+        for &sid in &self.sessions {
+            match killpg(Pid::from_raw(sid), signal) {
+                Ok(()) | Err(Errno::ESRCH) => {}
+                Err(error) => tracing::warn!(sid, %signal, %error, "cannot signal process group"),
+            }
+        }
+        signal_each(&pids, signal);
+        pids.len()
+    }
+}
+
+/// Ends every process of `jobs` (see the module documentation for how they are found):
+/// `first` to each, up to `grace` for them to exit, then SIGKILL until none is left. With
+/// `sessions_trusted`, the jobs' session ids are taken as theirs even if a process with that
+/// pid lives (true for a command whose bash has not been reaped yet). Returns true when nothing
+/// is left at the end.
+pub fn terminate_jobs(
+    jobs: &[JobMark],
+    sessions_trusted: bool,
+    first: Signal,
+    grace: Duration,
+) -> bool {
+    if jobs.is_empty() {
+        return true;
+    }
+    let mut tracker = Tracker::new(jobs, &scan(), sessions_trusted);
+    if tracker.signal(first) == 0 {
+        return true;
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        std::thread::sleep(POLL);
+        if tracker.scan(&scan()).is_empty() {
+            return true;
+        }
+    }
+    let deadline = Instant::now() + KILL_WAIT;
+    loop {
+        if tracker.signal(Signal::SIGKILL) == 0 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(jobs = jobs.len(), "processes survived SIGKILL");
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Ends what is left of commands whose bash has already been reaped (background processes of
+/// finished commands), as [`terminate_jobs`] without trusting reused session ids.
+pub fn terminate_leftovers(jobs: &[JobMark], grace: Duration) {
+    terminate_jobs(jobs, false, Signal::SIGTERM, grace);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const STAT: &str = "42 (a (weird) name) S 7 42 40 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 12345 1000 10 18446744073709551615";
+
     #[test]
     fn stat_lines_with_odd_names_parse() {
-        let entry = parse_stat(42, "42 (a (weird) name) S 1 42 42 0 -1 4194560 ...").unwrap();
+        let entry = parse_stat(42, STAT).unwrap();
         assert_eq!(
             entry,
             ProcessEntry {
                 pid: 42,
-                session: 42,
+                ppid: 7,
+                pgrp: 42,
+                session: 40,
+                start_time: 12345,
                 zombie: false
             }
         );
-        assert!(parse_stat(7, "7 (x) Z 1 7 9 0").unwrap().zombie);
+        let zombie = STAT.replace(") S ", ") Z ");
+        assert!(parse_stat(42, &zombie).unwrap().zombie);
         assert_eq!(parse_stat(7, "garbage"), None);
+        assert_eq!(parse_stat(7, "7 (x) Z 1 7 9 0"), None, "too short");
     }
 
     #[test]
@@ -176,6 +341,34 @@ mod tests {
         let own = nix::unistd::getsid(None).unwrap().as_raw();
         assert_eq!(signal_session(own, Signal::SIGTERM), 0);
         assert_eq!(signal_session(1, Signal::SIGTERM), 0);
-        assert!(scan().iter().any(|p| p.pid == std::process::id() as i32));
+        let me = std::process::id() as i32;
+        let processes = scan();
+        assert!(processes.iter().any(|p| p.pid == me));
+        // Even a job claiming our session, our pid as a descendant root, or a marker we carry
+        // finds nothing of ours.
+        let job = JobMark {
+            sid: own,
+            marker: "x".into(),
+        };
+        let mut tracker = Tracker::new(&[job], &processes, true);
+        assert!(tracker.sessions.is_empty());
+        tracker.known.insert(me, 0);
+        assert!(!tracker.scan(&processes).contains(&me));
+    }
+
+    #[test]
+    fn markers_are_read_from_the_environment() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("BEFORE", "1")
+            .env(MARKER_VAR, "test-marker.1")
+            .env("AFTER", "2")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // The environment is in place once exec has happened; spawn returns after it.
+        assert_eq!(marker_of(pid).as_deref(), Some("test-marker.1"));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

@@ -1,6 +1,6 @@
 //! A shell session: a working directory and an environment that carry over from one command to
-//! the next, the latest command, and the session ids of earlier commands (whose background
-//! processes may still run).
+//! the next, the latest command, and what finds the processes of earlier commands (whose
+//! background processes may still run).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,8 +9,9 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::job::{CommandStatus, Job};
+use super::procs::JobMark;
 
-/// How many earlier commands' session ids are remembered for clean-up.
+/// How many earlier commands are remembered for clean-up.
 const MAX_REMEMBERED_JOBS: usize = 256;
 
 #[derive(Debug)]
@@ -32,8 +33,8 @@ pub(super) struct SessionState {
     pub last_used: Instant,
     /// The latest command, running or finished.
     pub current: Option<Arc<Job>>,
-    /// Session ids (= bash pids) of this session's commands, for ending leftovers.
-    pub job_pids: Vec<i32>,
+    /// This session's commands, for ending leftovers.
+    pub jobs: Vec<JobMark>,
     /// Removed from the shell: starts no more commands.
     pub closed: bool,
 }
@@ -71,11 +72,11 @@ impl SessionState {
         self.last_used = Instant::now();
     }
 
-    pub fn remember(&mut self, pid: i32) {
-        if self.job_pids.len() >= MAX_REMEMBERED_JOBS {
-            self.job_pids.remove(0);
+    pub fn remember(&mut self, job: JobMark) {
+        if self.jobs.len() >= MAX_REMEMBERED_JOBS {
+            self.jobs.remove(0);
         }
-        self.job_pids.push(pid);
+        self.jobs.push(job);
     }
 }
 
@@ -99,7 +100,7 @@ impl Session {
                 last_used_at: now,
                 last_used: Instant::now(),
                 current: None,
-                job_pids: Vec::new(),
+                jobs: Vec::new(),
                 closed: false,
             }),
         }

@@ -1,69 +1,99 @@
 # Runs one command of a shell session and saves the session's state for the next one.
-# Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical
+# Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical MARKER
 # or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command
-# and then handed the same four values on fd 3, each NUL-terminated.
+# and then handed the same five values on fd 3, each NUL-terminated. MARKER is exported as
+# AGENTBOX_SHELL_JOB, so that sandboxd finds every program the command starts (see procs.rs).
 # COMMAND arrives as data ($1) and is only ever given to `eval`, exactly as typed at a prompt.
-# Everything here uses `builtin` so that functions the user defines cannot change its meaning.
-if [ $# -eq 1 ] && [ "$1" = --wait-for-command ]; then
-  # sandboxd closing fd 3 without a command (it is stopping) ends this bash quietly.
-  IFS= builtin read -r -d '' __agentbox_1 <&3 && IFS= builtin read -r -d '' __agentbox_2 <&3 &&
-    IFS= builtin read -r -d '' __agentbox_3 <&3 && IFS= builtin read -r -d '' __agentbox_4 <&3 ||
-    builtin exit 0
-  builtin exec 3<&-
-  builtin set -- "$__agentbox_1" "$__agentbox_2" "$__agentbox_3" "$__agentbox_4"
-  builtin unset __agentbox_1 __agentbox_2 __agentbox_3 __agentbox_4
-fi
-__agentbox_state=$2
-__agentbox_mode=$4
+# Everything here uses `builtin` (and `[[`, a keyword) so that functions the user defines cannot
+# change its meaning.
+#
+# Everything that does not depend on the command (parsing the functions below, listing the
+# variables of a fresh bash) comes first, so a bash started ahead of time has done it before the
+# command arrives.
+
 # Every variable name, without forking (`compgen -v` would need a subshell): each `${!X@}`
 # lists the names starting with X.
 __agentbox_names() { __agentbox_list=" ${!a@} ${!b@} ${!c@} ${!d@} ${!e@} ${!f@} ${!g@} ${!h@} ${!i@} ${!j@} ${!k@} ${!l@} ${!m@} ${!n@} ${!o@} ${!p@} ${!q@} ${!r@} ${!s@} ${!t@} ${!u@} ${!v@} ${!w@} ${!x@} ${!y@} ${!z@} ${!A@} ${!B@} ${!C@} ${!D@} ${!E@} ${!F@} ${!G@} ${!H@} ${!I@} ${!J@} ${!K@} ${!L@} ${!M@} ${!N@} ${!O@} ${!P@} ${!Q@} ${!R@} ${!S@} ${!T@} ${!U@} ${!V@} ${!W@} ${!X@} ${!Y@} ${!Z@} ${!_@} "; }
+
+# Writes the exported environment, the variables and functions the session defined, and the
+# working directory, for sandboxd to pick up once the command has finished. One `declare -p`
+# for all the names and one redirection for the whole file: per-name calls, each with its own
+# redirection, cost milliseconds.
+__agentbox_save() {
+  builtin set +o errexit +o nounset +o verbose +o noglob
+  builtin local IFS=$' \t\n' __agentbox_name
+  builtin local -a __agentbox_keep
+  __agentbox_names
+  for __agentbox_name in $__agentbox_list; do
+    case $__agentbox_name in
+      __agentbox_* | BASH* | COMP_* | _ | PWD | OLDPWD | FUNCNAME | PIPESTATUS | GROUPS | DIRSTACK | COLUMNS | LINES) continue ;;
+    esac
+    [[ -n ${__agentbox_fresh[$__agentbox_name]-} ]] || __agentbox_keep+=("$__agentbox_name")
+  done
+  # The wrapper's own functions are defined anew by the next command's wrapper. (bash runs a
+  # copy of a function's body, so this one may unset itself.)
+  builtin unset -f __agentbox_names __agentbox_save __agentbox_done
+  {
+    builtin export -p
+    if [[ ${#__agentbox_keep[@]} -gt 0 ]]; then
+      builtin declare -p -- "${__agentbox_keep[@]}"
+    fi
+    builtin declare -f
+  } >"$__agentbox_state/env.next" 2>/dev/null
+  if [[ $__agentbox_mode = physical ]]; then
+    builtin pwd -P >"$__agentbox_state/cwd.next"
+  else
+    builtin pwd -L >"$__agentbox_state/cwd.next"
+  fi
+}
+
+# Reports the end of the command to sandboxd, before the slower saving: the marker, the exit
+# status and the working directory, each NUL-terminated, on the session's `done` FIFO (opened
+# read-write, which never blocks). sandboxd answers from this while the state is being saved.
+__agentbox_done() {
+  {
+    builtin printf '%s\0%s\0' "$__agentbox_marker" "$__agentbox_status"
+    if [[ $__agentbox_mode = physical ]]; then builtin pwd -P; else builtin pwd -L; fi
+    builtin printf '\0'
+  } 1<>"$__agentbox_state/done" 2>/dev/null
+}
+
 # Variables every fresh bash has (including the inherited environment): not saved.
 __agentbox_names
-__agentbox_fresh=$__agentbox_list
-if [ -s "$__agentbox_state/env" ]; then
+builtin declare -A __agentbox_fresh
+for __agentbox_name in $__agentbox_list; do __agentbox_fresh[$__agentbox_name]=1; done
+builtin unset __agentbox_name __agentbox_list
+
+if [[ $# -eq 1 && $1 = --wait-for-command ]]; then
+  # sandboxd closing fd 3 without a command (it is stopping) ends this bash quietly.
+  IFS= builtin read -r -d '' __agentbox_1 <&3 && IFS= builtin read -r -d '' __agentbox_2 <&3 &&
+    IFS= builtin read -r -d '' __agentbox_3 <&3 && IFS= builtin read -r -d '' __agentbox_4 <&3 &&
+    IFS= builtin read -r -d '' __agentbox_5 <&3 ||
+    builtin exit 0
+  builtin exec 3<&-
+  builtin set -- "$__agentbox_1" "$__agentbox_2" "$__agentbox_3" "$__agentbox_4" "$__agentbox_5"
+  builtin unset __agentbox_1 __agentbox_2 __agentbox_3 __agentbox_4 __agentbox_5
+fi
+__agentbox_state=$2
+__agentbox_mode=$4
+__agentbox_marker=$5
+if [[ -s $__agentbox_state/env ]]; then
   builtin . "$__agentbox_state/env" 2>/dev/null
 fi
+# After the saved environment, which holds the previous command's marker.
+builtin export AGENTBOX_SHELL_JOB="$5"
 __agentbox_oldpwd=${OLDPWD-}
-if [ "$__agentbox_mode" = physical ]; then
+if [[ $__agentbox_mode = physical ]]; then
   # Symlinks in paths are resolved: `cd link; pwd` shows where it really is.
   builtin set -o physical
   builtin cd -P -- "$3" || builtin exit 1
 else
   builtin cd -L -- "$3" || builtin exit 1
 fi
-if [ -n "$__agentbox_oldpwd" ]; then OLDPWD=$__agentbox_oldpwd; fi
+if [[ -n $__agentbox_oldpwd ]]; then OLDPWD=$__agentbox_oldpwd; fi
 builtin unset __agentbox_oldpwd
 
-# Writes the exported environment, the variables and functions the session defined, and the
-# working directory, for sandboxd to pick up once the command has finished.
-__agentbox_save() {
-  builtin set +o errexit +o nounset +o verbose +o noglob
-  builtin local IFS=$' \t\n' __agentbox_name
-  {
-    builtin export -p
-    __agentbox_names
-    for __agentbox_name in $__agentbox_list; do
-      case $__agentbox_name in
-        __agentbox_* | BASH* | COMP_* | _ | PWD | OLDPWD | FUNCNAME | PIPESTATUS | GROUPS | DIRSTACK | COLUMNS | LINES) continue ;;
-      esac
-      case $__agentbox_fresh in
-        *" $__agentbox_name "*) continue ;;
-      esac
-      builtin declare -p -- "$__agentbox_name" 2>/dev/null
-    done
-    # Every function at once (no subshell). `__agentbox_save` comes along and is defined anew
-    # after the next command loads the file; `__agentbox_names` (defined before) is left out.
-    builtin unset -f __agentbox_names
-    builtin declare -f
-  } >"$__agentbox_state/env.next"
-  if [ "$__agentbox_mode" = physical ]; then
-    builtin pwd -P >"$__agentbox_state/cwd.next"
-  else
-    builtin pwd -L >"$__agentbox_state/cwd.next"
-  fi
-}
 # `set +x` first, with its own trace silenced, so a command that enabled tracing does not trace
-# the saving.
-builtin trap '{ __agentbox_status=$?; builtin set +o xtrace; } 2>/dev/null; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
+# the report and the saving.
+builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>/dev/null; __agentbox_done; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
 builtin eval -- "$1"
