@@ -363,7 +363,7 @@ async fn no_view_session_stream_ever_acts_on_a_real_x11vnc() -> Result<()> {
         }
     }
     // Random garbage, random garbage after a valid handshake, and mutated valid sessions.
-    let mut rng = fastrand::Rng::with_seed(0x5eed_7);
+    let mut rng = fastrand::Rng::with_seed(0x005e_ed07);
     for round in 0..300 {
         let mut stream = Vec::new();
         match round % 3 {

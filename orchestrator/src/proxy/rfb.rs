@@ -82,7 +82,7 @@ pub enum RfbError {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Server {
+enum ServerPhase {
     Version,
     SecurityTypes,
     SecurityResult,
@@ -94,7 +94,7 @@ enum Server {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Client {
+enum ClientPhase {
     Version,
     Security,
     ClientInit,
@@ -114,9 +114,9 @@ pub struct FilterStats {
 pub struct RfbFilter {
     view_only: bool,
     gate: InputGate,
-    server: Server,
+    server: ServerPhase,
     server_buffer: Vec<u8>,
-    client: Client,
+    client: ClientPhase,
     client_buffer: Vec<u8>,
     /// ClientCutText bytes still to come: forwarded when `cut_forward`, skipped otherwise.
     cut_remaining: usize,
@@ -139,9 +139,9 @@ impl RfbFilter {
         Self {
             view_only,
             gate,
-            server: Server::Version,
+            server: ServerPhase::Version,
             server_buffer: Vec::new(),
-            client: Client::Version,
+            client: ClientPhase::Version,
             client_buffer: Vec::new(),
             cut_remaining: 0,
             cut_forward: false,
@@ -157,17 +157,17 @@ impl RfbFilter {
 
     /// Follows the server's half of the handshake.
     pub fn observe_server(&mut self, input: &[u8]) -> Result<(), RfbError> {
-        if matches!(self.server, Server::Running) {
+        if matches!(self.server, ServerPhase::Running) {
             return Ok(());
         }
-        if self.server == Server::Refused {
+        if self.server == ServerPhase::Refused {
             return Err(RfbError::ServerRefused);
         }
         self.server_buffer.extend_from_slice(input);
         loop {
             let buffer = &self.server_buffer;
             let used = match self.server {
-                Server::Version => {
+                ServerPhase::Version => {
                     if buffer.len() < 12 {
                         break;
                     }
@@ -176,13 +176,13 @@ impl RfbFilter {
                             String::from_utf8_lossy(&buffer[..12]).into_owned(),
                         ));
                     }
-                    self.server = Server::SecurityTypes;
+                    self.server = ServerPhase::SecurityTypes;
                     12
                 }
-                Server::SecurityTypes => {
+                ServerPhase::SecurityTypes => {
                     let Some(&count) = buffer.first() else { break };
                     if count == 0 {
-                        self.server = Server::Refused;
+                        self.server = ServerPhase::Refused;
                         return Err(RfbError::ServerRefused);
                     }
                     let count = count as usize;
@@ -192,21 +192,21 @@ impl RfbFilter {
                     if !buffer[1..1 + count].contains(&SECURITY_NONE) {
                         return Err(RfbError::ServerSecurity(buffer[1..1 + count].to_vec()));
                     }
-                    self.server = Server::SecurityResult;
+                    self.server = ServerPhase::SecurityResult;
                     1 + count
                 }
-                Server::SecurityResult => {
+                ServerPhase::SecurityResult => {
                     if buffer.len() < 4 {
                         break;
                     }
                     if buffer[..4] != [0, 0, 0, 0] {
-                        self.server = Server::Refused;
+                        self.server = ServerPhase::Refused;
                         return Err(RfbError::ServerRefused);
                     }
-                    self.server = Server::ServerInit;
+                    self.server = ServerPhase::ServerInit;
                     4
                 }
-                Server::ServerInit => {
+                ServerPhase::ServerInit => {
                     // width, height, pixel format (16), name length (4), name
                     if buffer.len() < 24 {
                         break;
@@ -219,14 +219,14 @@ impl RfbFilter {
                     if buffer.len() < 24 + name {
                         break;
                     }
-                    self.server = Server::Running;
+                    self.server = ServerPhase::Running;
                     24 + name
                 }
-                Server::Running | Server::Refused => break,
+                ServerPhase::Running | ServerPhase::Refused => break,
             };
             self.server_buffer.drain(..used);
         }
-        if self.server == Server::Running {
+        if self.server == ServerPhase::Running {
             // What followed ServerInit is ordinary server traffic: not ours to keep.
             self.server_buffer = Vec::new();
         } else if self.server_buffer.len() > MAX_SERVER_HANDSHAKE {
@@ -280,8 +280,8 @@ impl RfbFilter {
     /// Handles one unit at the start of `rest`; `None` when more bytes are needed.
     fn client_step(&mut self, rest: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, RfbError> {
         match self.client {
-            Client::Version => {
-                if self.server == Server::Version {
+            ClientPhase::Version => {
+                if self.server == ServerPhase::Version {
                     return Err(RfbError::Early(rest.len(), "greeting"));
                 }
                 let compare = rest.len().min(12);
@@ -294,29 +294,32 @@ impl RfbFilter {
                     return Ok(None);
                 }
                 out.extend_from_slice(VERSION);
-                self.client = Client::Security;
+                self.client = ClientPhase::Security;
                 Ok(Some(12))
             }
-            Client::Security => {
-                if matches!(self.server, Server::Version | Server::SecurityTypes) {
+            ClientPhase::Security => {
+                if matches!(
+                    self.server,
+                    ServerPhase::Version | ServerPhase::SecurityTypes
+                ) {
                     return Err(RfbError::Early(rest.len(), "security types"));
                 }
                 if rest[0] != SECURITY_NONE {
                     return Err(RfbError::ClientSecurity(rest[0]));
                 }
                 out.push(SECURITY_NONE);
-                self.client = Client::ClientInit;
+                self.client = ClientPhase::ClientInit;
                 Ok(Some(1))
             }
-            Client::ClientInit => {
-                if !matches!(self.server, Server::ServerInit | Server::Running) {
+            ClientPhase::ClientInit => {
+                if !matches!(self.server, ServerPhase::ServerInit | ServerPhase::Running) {
                     return Err(RfbError::Early(rest.len(), "security result"));
                 }
                 out.push(1); // shared: never disconnect the other viewers
-                self.client = Client::Messages;
+                self.client = ClientPhase::Messages;
                 Ok(Some(1))
             }
-            Client::Messages => self.message(rest, out),
+            ClientPhase::Messages => self.message(rest, out),
         }
     }
 
