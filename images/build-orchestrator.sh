@@ -4,7 +4,8 @@
 #   images/build-orchestrator.sh                                  # offline: base from Debian packages
 #   BASE_IMAGE=debian:bookworm-slim images/build-orchestrator.sh  # with a registry
 #
-# Offline, the base is `debootstrap --variant=minbase bookworm` plus ca-certificates, imported
+# Offline, the base is `debootstrap --variant=minbase bookworm` plus ca-certificates and iptables
+# (the egress rules that keep sandboxes off the host and private networks), imported
 # with `docker import` and tagged by a hash of this script, so a re-run finds it at once.
 set -euo pipefail
 
@@ -35,8 +36,8 @@ else
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >&2
     work=$(mktemp -d /var/tmp/agentbox-orchestrator-base.XXXXXX)
     trap 'rm -rf "$work"' EXIT
-    log "debootstrap bookworm (minbase + ca-certificates)"
-    debootstrap --variant=minbase --include=ca-certificates bookworm "$work/rootfs" "$mirror" >&2
+    log "debootstrap bookworm (minbase + ca-certificates, iptables)"
+    debootstrap --variant=minbase --include=ca-certificates,iptables bookworm "$work/rootfs" "$mirror" >&2
     rm -rf "$work"/rootfs/var/lib/apt/lists/* "$work"/rootfs/var/cache/apt/archives/*.deb \
       "$work"/rootfs/var/log/apt/* "$work"/rootfs/var/log/dpkg.log
     : >"$work/rootfs/etc/resolv.conf"

@@ -98,6 +98,11 @@ prepare() {
   # The desktop crate's tests drive a real Xvfb on the host.
   ensure_command Xvfb xvfb || return 1
   ensure_command xdpyinfo x11-utils || return 1
+  # sandboxd's VNC tests run a real x11vnc behind its gateway; the orchestrator's egress tests
+  # read and write the host's iptables rules and bridges.
+  ensure_command x11vnc x11vnc || return 1
+  ensure_command iptables iptables || return 1
+  ensure_command ip iproute2 || return 1
   # The orchestrator's store tests start a throwaway Postgres cluster.
   if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     ensure_command /usr/lib/postgresql/nonexistent postgresql || return 1

@@ -280,7 +280,8 @@ async fn show_busy_page(client: &reqwest::Client) -> anyhow::Result<()> {
     );
     let url = format!("data:text/html,{}", urlencode(&html));
     let response = client
-        .put(format!("http://{IP}:9222/json/new?{url}"))
+        .put(format!("http://{IP}:8080/cdp/json/new?{url}"))
+        .bearer_auth(KEY)
         .send()
         .await
         .context("opening a page over CDP")?;
