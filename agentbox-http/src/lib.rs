@@ -5,9 +5,12 @@
 //!   socket to an upstream one, with an optional byte filter and a stop signal.
 //! - [`origin`]: the `Origin` check for browser-reachable endpoints (WebSockets above all,
 //!   which browsers open cross-origin without asking anyone).
+//! - [`unread_body`]: the layer that drains a request body the handler left unread, or
+//!   announces `Connection: close`, so a refusal does not break a client's pooled connection.
 //!
 //! **Invariant:** this crate knows HTTP and WebSockets but nothing of sandboxes, keys or the
 //! routes of either server.
 
 pub mod origin;
+pub mod unread_body;
 pub mod ws;
