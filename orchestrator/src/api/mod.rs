@@ -23,6 +23,7 @@ pub mod types;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use agentbox_http::unread_body::UnreadBodyLayer;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -120,6 +121,9 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), request_span))
+        // Outermost: a body a refusal left unread (here or, proxied, in sandboxd) is drained or
+        // the close announced, so the caller's next call on the connection works.
+        .layer(UnreadBodyLayer::new())
         .with_state(state)
 }
 

@@ -29,6 +29,7 @@ pub mod vnc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use agentbox_http::unread_body::UnreadBodyLayer;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
@@ -188,6 +189,9 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
         .layer(middleware::from_fn_with_state(state.clone(), request_span))
+        // Outermost: a body a refusal left unread is drained or the close announced, so the
+        // caller's next call on the connection works.
+        .layer(UnreadBodyLayer::new())
         .with_state(state)
 }
 
