@@ -2,6 +2,9 @@
 
 A session-wide sandbox container is started from the real image (``AGENTBOX_SANDBOX_IMAGE``,
 default ``agentbox/sandbox:latest``) and removed at the end, even when tests fail.
+``AGENTBOX_SANDBOXD_BIN``, when set, is a sandboxd binary mounted over the image's (a change to
+sandboxd tried against the real image without rebuilding it; the host is Debian 12 like the
+image).
 """
 
 import json
@@ -32,6 +35,9 @@ class SandboxContainer:
         args = ["run", "-d", "--label", "agentbox.test=1", "-e", f"SANDBOX_API_KEY={self.api_key}"]
         for name, value in (env or {}).items():
             args += ["-e", f"{name}={value}"]
+        sandboxd = os.environ.get("AGENTBOX_SANDBOXD_BIN")
+        if sandboxd:
+            args += ["-v", f"{os.path.abspath(sandboxd)}:/usr/local/bin/sandboxd:ro"]
         self.id = docker(*args, IMAGE)
         self.ip = docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", self.id)
         self.base_url = f"http://{self.ip}:8080"
