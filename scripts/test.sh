@@ -103,6 +103,8 @@ prepare() {
   ensure_command x11vnc x11vnc || return 1
   ensure_command iptables iptables || return 1
   ensure_command ip iproute2 || return 1
+  # sandboxd serves noVNC's files from Debian's package, as in the image.
+  [ -f /usr/share/novnc/vnc.html ] || ensure_command /nonexistent/novnc novnc || return 1
   # The orchestrator's store tests start a throwaway Postgres cluster.
   if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
     ensure_command /usr/lib/postgresql/nonexistent postgresql || return 1
