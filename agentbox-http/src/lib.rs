@@ -1,6 +1,11 @@
 //! HTTP plumbing shared by sandboxd and the orchestrator, so each piece is written once.
 //!
 //! # Layout
+//! - [`request_id`]: request ids, the request span and its completion log line.
+//! - [`logging`]: the `tracing` subscriber and [`logging::LogFormat`].
+//! - [`body`]: JSON bodies and query strings into typed values, errors naming the field.
+//! - [`fallback`]: the 404 and 405 answers for requests no route takes.
+//! - [`openapi`]: finishing a generated OpenAPI document (security requirements).
 //! - [`ws`]: WebSocket upgrades (limits, subprotocols) and the relay that joins a client's
 //!   socket to an upstream one, with an optional byte filter and a stop signal.
 //! - [`origin`]: the `Origin` check for browser-reachable endpoints (WebSockets above all,
@@ -11,6 +16,11 @@
 //! **Invariant:** this crate knows HTTP and WebSockets but nothing of sandboxes, keys or the
 //! routes of either server.
 
+pub mod body;
+pub mod fallback;
+pub mod logging;
+pub mod openapi;
 pub mod origin;
+pub mod request_id;
 pub mod unread_body;
 pub mod ws;

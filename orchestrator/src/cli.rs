@@ -154,8 +154,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         api_key,
     } = cli;
     if let Command::Serve(args) = command {
-        let format = args.log_format;
-        crate::logging::init(format);
+        agentbox_http::logging::init(args.log_format, "info,sqlx=warn,hyper=warn,bollard=warn");
         let settings = args.settings()?;
         crate::serve(settings).await?;
         return Ok(ExitCode::SUCCESS);

@@ -5,12 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Json,
-    Text,
-}
+pub use agentbox_http::logging::LogFormat;
 
 /// Per-sandbox resource limits.
 #[derive(Debug, Clone, PartialEq)]

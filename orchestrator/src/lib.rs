@@ -14,7 +14,7 @@
 //!   heartbeats and the warm pool;
 //! - [`proxy`]: HTTP and WebSocket relays and the RFB view-only filter;
 //! - [`api`]: the REST API (axum), the only part that knows HTTP status codes;
-//! - [`metrics`]: Prometheus metrics; [`logging`]: JSON logs; [`cli`]: the command line;
+//! - [`metrics`]: Prometheus metrics; [`cli`]: the command line (logging is `agentbox-http`'s);
 //! - [`secret`]: random secrets, ids, hashes and time helpers.
 
 pub mod api;
@@ -25,7 +25,6 @@ pub mod config;
 pub mod data_dir;
 pub mod db;
 pub mod keyring;
-pub mod logging;
 pub mod metrics;
 pub mod proxy;
 pub mod sandboxes;

@@ -16,11 +16,7 @@ pub struct SettingsError {
     pub message: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Json,
-    Text,
-}
+pub use agentbox_http::logging::LogFormat;
 
 /// Everything sandboxd needs to know about its environment.
 #[derive(Debug, Clone)]
@@ -222,14 +218,13 @@ impl Settings {
             other => other.map(Duration::from_secs),
         };
         let log_format = match get("SANDBOXD_LOG_FORMAT").as_deref() {
-            None | Some("json") => LogFormat::Json,
-            Some("text") => LogFormat::Text,
-            Some(other) => {
-                return Err(SettingsError {
+            None => LogFormat::Json,
+            Some(name) => name.parse().map_err(|e: agentbox_http::logging::UnknownLogFormat| {
+                SettingsError {
                     name: "SANDBOXD_LOG_FORMAT",
-                    message: format!("must be json or text, got {other:?}"),
-                });
-            }
+                    message: e.to_string(),
+                }
+            })?,
         };
         let home_dir = PathBuf::from(get("HOME").unwrap_or_else(|| "/home/agent".into()));
         let workspace = get("SANDBOX_WORKSPACE")

@@ -16,7 +16,6 @@
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`vnc`]: the VNC server's passwords and the RFB handshakes behind `/vnc/websockify`.
 //! - [`tickets`]: single-use tickets and viewer sessions for browsers.
-//! - [`logging`]: tracing setup.
 
 pub mod activity;
 pub mod api;
@@ -24,7 +23,6 @@ pub mod browser;
 pub mod config;
 pub mod desktop_session;
 pub mod files;
-pub mod logging;
 pub mod pid1;
 pub mod shell;
 pub mod system_info;

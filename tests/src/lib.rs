@@ -4,6 +4,8 @@
 //! Tests need the image (`images/build.sh`); they fail with that hint when it is missing rather
 //! than pass without testing anything.
 
+pub mod snapshot;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -17,6 +17,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub logs: Option<String>,
+    /// For 422: where the bad value is (`["body", "field"]`).
+    pub loc: Option<Vec<String>>,
 }
 
 impl ApiError {
@@ -26,6 +28,7 @@ impl ApiError {
             code,
             message: message.into(),
             logs: None,
+            loc: None,
         }
     }
 
@@ -70,9 +73,39 @@ impl IntoResponse for ApiError {
                 code: self.code.to_string(),
                 message: self.message,
                 logs: self.logs,
+                loc: self.loc,
             },
         };
         (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<agentbox_http::body::BodyError> for ApiError {
+    fn from(error: agentbox_http::body::BodyError) -> Self {
+        use agentbox_http::body::BodyError;
+        match error {
+            BodyError::Invalid { loc, message } => Self {
+                loc: Some(loc),
+                ..Self::invalid(message)
+            },
+            BodyError::TooLarge => {
+                Self::new(error.status(), "payload_too_large", error.to_string())
+            }
+            BodyError::Malformed(_) | BodyError::Unreadable { .. } => {
+                Self::new(error.status(), "bad_request", error.to_string())
+            }
+        }
+    }
+}
+
+impl From<agentbox_http::fallback::RouteError> for ApiError {
+    fn from(error: agentbox_http::fallback::RouteError) -> Self {
+        use agentbox_http::fallback::RouteError;
+        let code = match error {
+            RouteError::NotFound { .. } => "not_found",
+            RouteError::MethodNotAllowed { .. } => "method_not_allowed",
+        };
+        Self::new(error.status(), code, error.to_string())
     }
 }
 
@@ -92,10 +125,12 @@ impl From<SandboxError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }
             SandboxError::NotReady { reason, logs } => ApiError {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                code: "sandbox_not_ready",
-                message: format!("the sandbox did not become ready and was removed: {reason}"),
                 logs: Some(logs),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "sandbox_not_ready",
+                    format!("the sandbox did not become ready and was removed: {reason}"),
+                )
             },
             SandboxError::Backend(BackendError::ImageMissing(image)) => ApiError::invalid(format!(
                 "invalid `image`: image {image} is not present on the server"

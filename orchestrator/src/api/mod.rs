@@ -21,15 +21,15 @@ pub mod tokens;
 pub mod types;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use agentbox_http::fallback;
+use agentbox_http::request_id::{self, RequestIds};
 use agentbox_http::unread_body::UnreadBodyLayer;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use tracing::Instrument;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::auth::{ApiKeys, Caller};
@@ -52,7 +52,7 @@ pub struct AppState {
     pub public_url: Arc<String>,
     /// Browser origins besides this server's own that may open its WebSockets.
     pub allowed_origins: Arc<Vec<String>>,
-    request_ids: Arc<AtomicU64>,
+    request_ids: RequestIds,
 }
 
 impl AppState {
@@ -69,7 +69,7 @@ impl AppState {
             proxy: HttpProxy::new(),
             public_url: Arc::new(public_url),
             allowed_origins: Arc::new(Vec::new()),
-            request_ids: Arc::new(AtomicU64::new(1)),
+            request_ids: RequestIds::new("orc", &["/healthz"]),
         }
     }
 }
@@ -118,34 +118,17 @@ pub fn router(state: AppState) -> Router {
         .merge(proxy::token_routes())
         .merge(assets::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), observe))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), request_span))
+        .fallback(fallback::not_found::<ApiError>)
+        .method_not_allowed_fallback(fallback::method_not_allowed::<ApiError>)
+        .layer(middleware::from_fn(record_sandbox_id))
+        .layer(middleware::from_fn_with_state(
+            state.request_ids.clone(),
+            request_id::trace,
+        ))
         // Outermost: a body a refusal left unread (here or, proxied, in sandboxd) is drained or
         // the close announced, so the caller's next call on the connection works.
         .layer(UnreadBodyLayer::new())
         .with_state(state)
-}
-
-async fn not_found(request: Request) -> ApiError {
-    ApiError::not_found(format!(
-        "no route {} {}",
-        request.method(),
-        request.uri().path()
-    ))
-}
-
-async fn method_not_allowed(request: Request) -> Response {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        format!(
-            "{} is not allowed on {}",
-            request.method(),
-            request.uri().path()
-        ),
-    )
-    .into_response()
 }
 
 /// The bearer credential of a request, if any.
@@ -194,38 +177,17 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
     response
 }
 
-/// Gives every request an id (the caller's `x-request-id`, or a new one), a span carrying it
-/// (and the sandbox id, where the path names one), and a log line when it completes.
-async fn request_span(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("orc-{}", state.request_ids.fetch_add(1, Ordering::Relaxed)));
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let sandbox_id = path
+/// Puts the sandbox id a path names (`/v1/sandboxes/{id}/...`) on the request's span, so every
+/// log line about the request carries it.
+async fn record_sandbox_id(request: Request, next: Next) -> Response {
+    if let Some(id) = request
+        .uri()
+        .path()
         .strip_prefix("/v1/sandboxes/")
         .and_then(|rest| rest.split('/').next())
-        .filter(|s| !s.is_empty())
-        .unwrap_or("")
-        .to_owned();
-    let span = tracing::info_span!("request", request_id = %id, %method, %path, sandbox_id = %sandbox_id, key_id = tracing::field::Empty);
-    async move {
-        let started = std::time::Instant::now();
-        let mut response = next.run(request).await;
-        let status = response.status().as_u16();
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-        if path != "/healthz" {
-            tracing::info!(status, elapsed_ms, "request finished");
-        }
-        if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
-            response.headers_mut().insert("x-request-id", value);
-        }
-        response
+        .filter(|id| !id.is_empty())
+    {
+        tracing::Span::current().record("sandbox_id", id);
     }
-    .instrument(span)
-    .await
+    next.run(request).await
 }

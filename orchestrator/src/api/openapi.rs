@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use utoipa::openapi::OpenApi;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 use super::AppState;
 
@@ -28,29 +28,14 @@ pub fn base() -> OpenApi {
 
 /// Adds the bearer scheme and requires it on every operation but `/healthz`.
 pub fn finish(document: &mut OpenApi) {
-    let components = document.components.get_or_insert_with(Default::default);
-    components.add_security_scheme(
-        "bearer",
-        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    agentbox_http::openapi::require_security(
+        document,
+        vec![(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        )],
+        &["/healthz"],
     );
-    let requirement = vec![SecurityRequirement::new("bearer", Vec::<String>::new())];
-    for (path, item) in document.paths.paths.iter_mut() {
-        if path == "/healthz" {
-            continue;
-        }
-        for operation in [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.delete,
-            &mut item.patch,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            operation.security = Some(requirement.clone());
-        }
-    }
 }
 
 /// `GET /v1/openapi.json`.

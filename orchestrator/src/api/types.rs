@@ -161,4 +161,7 @@ pub struct ErrorDetail {
     /// The container's last output, when a sandbox failed to start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<String>,
+    /// For `invalid_field`: where the bad value is (`["body", "limits", "memory_mib"]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loc: Option<Vec<String>>,
 }

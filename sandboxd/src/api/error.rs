@@ -111,6 +111,23 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<agentbox_http::body::BodyError> for ApiError {
+    fn from(error: agentbox_http::body::BodyError) -> Self {
+        match error {
+            agentbox_http::body::BodyError::Invalid { loc, message } => {
+                Self::invalid_at(loc, message)
+            }
+            other => Self::new(other.status(), other.to_string()),
+        }
+    }
+}
+
+impl From<agentbox_http::fallback::RouteError> for ApiError {
+    fn from(error: agentbox_http::fallback::RouteError) -> Self {
+        Self::new(error.status(), error.to_string())
+    }
+}
+
 impl From<supervisor::SupervisorError> for ApiError {
     fn from(error: supervisor::SupervisorError) -> Self {
         use supervisor::SupervisorError as E;

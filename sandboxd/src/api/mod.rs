@@ -27,15 +27,15 @@ pub mod types;
 pub mod vnc;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use agentbox_http::fallback;
+use agentbox_http::request_id::{self, RequestIds};
 use agentbox_http::unread_body::UnreadBodyLayer;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use supervisor::Supervisor;
-use tracing::Instrument;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::activity::Activity;
@@ -65,7 +65,7 @@ pub struct AppState {
     pub tickets: Arc<crate::tickets::Tickets>,
     /// HTTP client for loopback services (Chromium's DevTools endpoint).
     pub http: reqwest::Client,
-    request_ids: Arc<AtomicU64>,
+    request_ids: RequestIds,
 }
 
 impl AppState {
@@ -102,7 +102,7 @@ impl AppState {
             activity,
             shell,
             desktop,
-            request_ids: Arc::new(AtomicU64::new(1)),
+            request_ids: RequestIds::new("sbx", &["/healthz"]),
         }
     }
 
@@ -185,64 +185,17 @@ pub fn router(state: AppState) -> Router {
     public
         .merge(protected)
         .merge(viewer)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(fallback::not_found::<ApiError>)
+        .method_not_allowed_fallback(fallback::method_not_allowed::<ApiError>)
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(state.clone(), request_span))
+        .layer(middleware::from_fn_with_state(
+            state.request_ids.clone(),
+            request_id::trace,
+        ))
         // Outermost: a body a refusal left unread is drained or the close announced, so the
         // caller's next call on the connection works.
         .layer(UnreadBodyLayer::new())
         .with_state(state)
-}
-
-async fn not_found(request: Request) -> ApiError {
-    ApiError::not_found(format!(
-        "no route {} {}",
-        request.method(),
-        request.uri().path()
-    ))
-}
-
-async fn method_not_allowed(request: Request) -> Response {
-    ApiError::new(
-        axum::http::StatusCode::METHOD_NOT_ALLOWED,
-        format!(
-            "{} is not allowed on {}",
-            request.method(),
-            request.uri().path()
-        ),
-    )
-    .into_response()
-}
-
-/// Gives every request an id (the caller's `x-request-id`, or a new one), a span carrying it,
-/// and a log line when it completes.
-async fn request_span(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("sbx-{}", state.request_ids.fetch_add(1, Ordering::Relaxed)));
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let span = tracing::info_span!("request", request_id = %id, %method, %path);
-    async move {
-        let started = std::time::Instant::now();
-        let mut response = next.run(request).await;
-        let status = response.status().as_u16();
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-        if path != "/healthz" {
-            tracing::info!(status, elapsed_ms, "request finished");
-        }
-        if let Ok(value) = axum::http::HeaderValue::from_str(&id) {
-            response.headers_mut().insert("x-request-id", value);
-        }
-        response
-    }
-    .instrument(span)
-    .await
 }
 
 /// Marks the sandbox active for the duration of each request (for the dead-man switch).

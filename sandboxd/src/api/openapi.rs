@@ -26,36 +26,20 @@ pub fn base() -> OpenApi {
 
 /// Adds the security schemes and makes every operation but `/healthz` require one of them.
 pub fn finish(document: &mut OpenApi) {
-    let components = document.components.get_or_insert_with(Default::default);
-    components.add_security_scheme(
-        "bearer",
-        SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+    agentbox_http::openapi::require_security(
+        document,
+        vec![
+            (
+                "bearer",
+                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            ),
+            (
+                "aio_api_key",
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-AIO-API-Key"))),
+            ),
+        ],
+        &["/healthz"],
     );
-    components.add_security_scheme(
-        "aio_api_key",
-        SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-AIO-API-Key"))),
-    );
-    let requirements = vec![
-        utoipa::openapi::security::SecurityRequirement::new("bearer", Vec::<String>::new()),
-        utoipa::openapi::security::SecurityRequirement::new("aio_api_key", Vec::<String>::new()),
-    ];
-    for (path, item) in document.paths.paths.iter_mut() {
-        if path == "/healthz" {
-            continue;
-        }
-        for operation in [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.delete,
-            &mut item.patch,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            operation.security = Some(requirements.clone());
-        }
-    }
 }
 
 /// `GET /v1/openapi.json`. The document is generated per request instead of kept: it is asked

@@ -1,0 +1,14 @@
+//! The orchestrator's OpenAPI document is committed (`docs/openapi/orchestrator.json`) and must
+//! match the one generated from the code: a change to the wire contract is a deliberate,
+//! reviewed diff. `AGENTBOX_BLESS=1 cargo test -p orchestrator --test openapi_document` accepts
+//! a change.
+
+use std::path::Path;
+
+#[test]
+fn the_committed_document_is_the_generated_one() -> anyhow::Result<()> {
+    let document = orchestrator::api::openapi_document();
+    let json = serde_json::to_string_pretty(&document)? + "\n";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi/orchestrator.json");
+    agentbox_tests::snapshot::check(&path, &json)
+}
