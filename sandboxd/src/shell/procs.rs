@@ -366,8 +366,15 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        // The environment is in place once exec has happened; spawn returns after it.
-        assert_eq!(marker_of(pid).as_deref(), Some("test-marker.1"));
+        // `spawn` returns once the child is inside execve, which can be just before the kernel
+        // has laid out the new environment (`/proc/PID/environ` then reads empty): wait for it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut marker = marker_of(pid);
+        while marker.is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            marker = marker_of(pid);
+        }
+        assert_eq!(marker.as_deref(), Some("test-marker.1"));
         child.kill().unwrap();
         child.wait().unwrap();
     }
