@@ -101,6 +101,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     // Building the router generated the OpenAPI descriptions of every route, then dropped
     // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
     // SAFETY: malloc_trim only walks glibc's own heap, under its own locks.
+    #[allow(unsafe_code)]
     unsafe {
         nix::libc::malloc_trim(0);
     }

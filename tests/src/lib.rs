@@ -5,7 +5,7 @@
 //! than pass without testing anything.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -16,12 +16,17 @@ pub fn sandbox_image() -> String {
     std::env::var("AGENTBOX_SANDBOX_IMAGE").unwrap_or_else(|_| "agentbox/sandbox:latest".into())
 }
 
+/// Runs the host's `docker` CLI with `args` and waits for it.
+// The test process is not PID 1 and reaps nothing but its own children: std waits for the
+// docker CLI itself. This is the harness's one direct spawn.
+#[allow(clippy::disallowed_methods)]
+pub fn docker_output(args: &[&str]) -> std::io::Result<Output> {
+    Command::new("docker").args(args).output()
+}
+
 /// Runs `docker` with `args`, returning stdout; fails with stderr on a non-zero exit.
 pub fn docker(args: &[&str]) -> anyhow::Result<String> {
-    let output = Command::new("docker")
-        .args(args)
-        .output()
-        .with_context(|| format!("running docker {args:?}"))?;
+    let output = docker_output(args).with_context(|| format!("running docker {args:?}"))?;
     if !output.status.success() {
         bail!(
             "docker {:?} failed ({}): {}",
@@ -197,9 +202,7 @@ impl Sandbox {
 
     pub fn logs_tail(&self, lines: usize) -> String {
         let n = lines.to_string();
-        Command::new("docker")
-            .args(["logs", "--tail", &n, &self.id])
-            .output()
+        docker_output(&["logs", "--tail", &n, &self.id])
             .map(|o| {
                 format!(
                     "{}{}",
@@ -213,9 +216,7 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", "-v", &self.id])
-            .output();
+        let _ = docker_output(&["rm", "-f", "-v", &self.id]);
     }
 }
 
