@@ -108,11 +108,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
 
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_http_rx.await;
-            })
-            .await
+        api::serve(listener, app, async {
+            let _ = stop_http_rx.await;
+        })
+        .await
     });
 
     let idle = async {
