@@ -464,7 +464,7 @@ mod tests {
         .to_string();
         assert!(
             error.contains(
-                "unknown wait_until \"later\": expected one of load, domcontentloaded, networkidle, commit"
+                "unknown wait_until \"later\": expected one of load, domcontentloaded, networkidle (or networkidle0, networkidle2), commit"
             ),
             "{error}"
         );

@@ -428,6 +428,14 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("unknown button \"thumb\""), "{error}");
+        // Every button that is accepted is listed: left, middle (or wheel), right, back, forward.
+        assert_eq!(DesktopButton::NAMES.len(), 6);
+        for name in DesktopButton::NAMES {
+            assert!(
+                error.contains(name),
+                "{name} is accepted but not listed: {error}"
+            );
+        }
         let action: DesktopAction = serde_json::from_value(serde_json::json!({
             "action_type": "DRAG_TO", "x": 1, "y": 2, "button": "Wheel"
         }))
