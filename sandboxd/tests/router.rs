@@ -159,3 +159,38 @@ async fn the_heartbeat_reports_work_in_flight_but_not_itself() {
     let (status, _) = call(&app, get("/v1/activity")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
+
+/// The desktop's and the browser page's screenshots read `quality` by one rule: 1 to 100, for
+/// any format, refused with the same answer.
+#[tokio::test]
+async fn both_screenshot_routes_refuse_a_bad_quality_alike() {
+    let app = app(None);
+    for quality in ["0", "101", "300", "-1"] {
+        let mut answers = Vec::new();
+        for route in ["/v1/browser/screenshot", "/v1/browser/page/screenshot"] {
+            for format in ["jpeg", "png"] {
+                let (status, body) = call(
+                    &app,
+                    get(&format!("{route}?format={format}&quality={quality}")),
+                )
+                .await;
+                assert_eq!(
+                    status,
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "{route} {quality}"
+                );
+                assert_eq!(
+                    body["detail"][0]["loc"],
+                    serde_json::json!(["query", "quality"]),
+                    "{route} {quality}: {body}"
+                );
+                answers.push(body["message"].clone());
+            }
+        }
+        assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+        assert_eq!(
+            answers[0],
+            format!("quality must be from 1 to 100, got {quality}")
+        );
+    }
+}

@@ -260,7 +260,8 @@ pub struct ScreenshotQuery {
     /// Default `png`.
     #[param(inline)]
     pub format: Option<ImageFormat>,
-    /// JPEG quality 0..100.
+    /// JPEG quality, 1-100 (default 80); PNG ignores it.
+    #[param(minimum = 1, maximum = 100)]
     pub quality: Option<i64>,
 }
 

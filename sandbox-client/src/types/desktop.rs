@@ -43,8 +43,11 @@ pub struct DesktopScreenshotQuery {
     /// Default `png`.
     #[param(inline)]
     pub format: Option<ImageFormat>,
-    /// JPEG quality, 1-100 (default 80).
-    pub quality: Option<u8>,
+    /// JPEG quality, 1-100 (default 80); PNG ignores it.
+    #[param(minimum = 1, maximum = 100)]
+    #[schema(minimum = 1, maximum = 100)]
+    #[schemars(range(min = 1, max = 100))]
+    pub quality: Option<i64>,
     /// Downscale (keeping the aspect ratio) to fit this width; the scale is reported.
     pub max_width: Option<u32>,
     /// Downscale (keeping the aspect ratio) to fit this height; the scale is reported.

@@ -75,6 +75,26 @@ pub async fn screenshot(
     Ok(response)
 }
 
+/// JPEG quality when a screenshot asks for none.
+pub const DEFAULT_JPEG_QUALITY: u8 = 80;
+
+/// The one rule for the `quality` query parameter of both screenshot routes (the desktop's and
+/// the browser page's): when given, whatever the format, from 1 to 100; absent, 80.
+pub fn jpeg_quality(quality: Option<i64>) -> Result<u8, ApiError> {
+    let Some(quality) = quality else {
+        return Ok(DEFAULT_JPEG_QUALITY);
+    };
+    u8::try_from(quality)
+        .ok()
+        .filter(|q| (1..=100).contains(q))
+        .ok_or_else(|| {
+            ApiError::invalid_at(
+                vec!["query".into(), "quality".into()],
+                format!("quality must be from 1 to 100, got {quality}"),
+            )
+        })
+}
+
 /// A captured, encoded screenshot and the id its transform is remembered under.
 pub struct Screenshot {
     pub image: EncodedImage,
@@ -86,18 +106,10 @@ pub async fn take_screenshot(
     state: &AppState,
     query: &DesktopScreenshotQuery,
 ) -> Result<Screenshot, ApiError> {
+    let quality = jpeg_quality(query.quality)?;
     let format = match query.format {
         None | Some(types::ImageFormat::Png) => ImageFormat::Png,
-        Some(types::ImageFormat::Jpeg) => {
-            let quality = query.quality.unwrap_or(80);
-            if !(1..=100).contains(&quality) {
-                return Err(ApiError::invalid_at(
-                    vec!["query".into(), "quality".into()],
-                    format!("quality must be between 1 and 100, got {quality}"),
-                ));
-            }
-            ImageFormat::Jpeg { quality }
-        }
+        Some(types::ImageFormat::Jpeg) => ImageFormat::Jpeg { quality },
     };
     for (name, value) in [
         ("max_width", query.max_width),
@@ -666,6 +678,22 @@ mod tests {
             let (loc, message) = refusal(action.clone());
             assert_eq!(loc, at(field), "{action}: {message}");
             assert!(message.contains(mention), "{action}: {message}");
+        }
+    }
+
+    #[test]
+    fn jpeg_quality_is_1_to_100_and_80_by_default() {
+        assert_eq!(jpeg_quality(None).ok(), Some(DEFAULT_JPEG_QUALITY));
+        assert_eq!(jpeg_quality(Some(1)).ok(), Some(1));
+        assert_eq!(jpeg_quality(Some(100)).ok(), Some(100));
+        for bad in [0, 101, 256, 257, -1, i64::MAX] {
+            let error = jpeg_quality(Some(bad)).expect_err("refused");
+            assert_eq!(error.loc, Some(vec!["query".into(), "quality".into()]));
+            assert!(
+                error.message.ends_with(&format!("got {bad}")),
+                "{}",
+                error.message
+            );
         }
     }
 
