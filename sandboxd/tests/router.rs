@@ -301,3 +301,31 @@ async fn both_screenshot_routes_refuse_a_bad_quality_alike() {
         );
     }
 }
+
+/// `detail.runtime.nodejs` lists Node.js when `node` (or `nodejs`) is on PATH, with the version
+/// it reports, and is empty otherwise.
+#[tokio::test]
+async fn the_sandbox_context_reports_node_when_it_is_installed() {
+    let (status, body) = call(&app(None), get("/v1/sandbox")).await;
+    assert_eq!(status, StatusCode::OK);
+    let nodejs = body["detail"]["runtime"]["nodejs"].as_array().unwrap();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let installed = ["node", "nodejs"].iter().any(|name| {
+        std::env::split_paths(&path).any(|dir| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    });
+    if !installed {
+        assert!(nodejs.is_empty(), "{body}");
+        return;
+    }
+    assert_eq!(nodejs.len(), 1, "{body}");
+    let version = nodejs[0]["ver"].as_str().unwrap_or_default();
+    assert!(
+        version.starts_with(|c: char| c.is_ascii_digit()),
+        "node's version: {body}"
+    );
+    assert!(nodejs[0]["bin"].as_str().is_some(), "{body}");
+}

@@ -99,6 +99,10 @@ const COMMAND_BUILDERS: &[(&str, &str)] = &[
         "the bash of a terminal, spawned through the reaper",
     ),
     (
+        "sandboxd/src/system_info.rs",
+        "`node --version` for GET /v1/sandbox, spawned through the reaper",
+    ),
+    (
         "orchestrator/src/backend/egress.rs",
         "iptables on the host: the orchestrator runs no reaper (see DIRECT_SPAWNERS)",
     ),
