@@ -267,7 +267,8 @@ fn the_rules_catch_planted_violations() {
 #[test]
 fn comments_and_strings_are_blanked_line_by_line() {
     let code = "let a = \"x // y\"; // todo!()\nlet b = r#\"axum \"q\"\"#; let c = '\"';\n\
-                /* one /* nested */\n still */ fn f<'a>(s: &'a str) {}\nlet d = b\"\\\"axum\";\n";
+                /* one /* nested */\n still */ fn f<'a>(s: &'a str) {}\nlet d = b\"\\\"axum\";\n\
+                let e = b'\"'; let f = 1;\n";
     let blanked = blank(code);
     assert_eq!(blanked.lines().count(), code.lines().count());
     assert!(!blanked.contains("todo"), "{blanked}");
@@ -275,6 +276,7 @@ fn comments_and_strings_are_blanked_line_by_line() {
     assert!(!blanked.contains("nested"), "{blanked}");
     assert!(blanked.contains("fn f<'a>(s: &'a str) {}"), "{blanked}");
     assert!(blanked.contains("let c = ' ';"), "{blanked}");
+    assert!(blanked.contains("let e = b' '; let f = 1;"), "{blanked}");
 }
 
 // ---- the rules ----
@@ -789,7 +791,7 @@ fn blank(text: &str) -> String {
                 out.push('"');
                 i += 1;
             }
-        } else if c == '\'' && !prev_ident {
+        } else if c == '\'' && (!prev_ident || (chars[i - 1] == 'b' && raw_prefix_ok)) {
             // A character literal ('x', '\n', '\u{1F600}'), or else a lifetime or label.
             let end = if next == Some('\\') {
                 chars[i + 2..]
