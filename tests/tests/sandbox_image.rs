@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use agentbox_tests::{Sandbox, SandboxOptions, docker, num, readable_file, row};
+use agentbox_tests::{Sandbox, SandboxOptions, docker, docker_output, num, readable_file, row};
 use serde_json::Value;
 
 const READY: Duration = Duration::from_secs(60);
@@ -509,9 +509,7 @@ async fn finding_5_every_port_needs_the_key_and_nothing_else_listens_outside_loo
     ])
     .unwrap();
     let code = docker(&["wait", &id]).unwrap();
-    let logs = std::process::Command::new("docker")
-        .args(["logs", &id])
-        .output()
+    let logs = docker_output(&["logs", &id])
         .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
         .unwrap_or_default();
     let _ = docker(&["rm", "-f", &id]);
