@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting and lints, unit tests, end-to-end tests against the real
 # image in real Docker, and a smoke run of every benchmark harness. Ends with "N passed, N failed".
+# Sourced instead of run, it only defines its functions (tests/tests/scripts.rs tests them).
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
@@ -28,7 +29,8 @@ step() { # name command...
   fi
 }
 
-# Runs nextest and adds its per-test counts to the totals.
+# Runs nextest and adds its per-test counts to the totals; a run that fails without a failing
+# test (a build error) counts as one failure. Records its own name in `failures` when it fails.
 nextest() {
   local out
   out=$(mktemp)
@@ -44,9 +46,13 @@ nextest() {
   rm -f "$out"
   passed=$((passed + p))
   failed=$((failed + f + timed_out))
-  if [ "$status" != 0 ] && [ "$f" = 0 ] && [ "$timed_out" = 0 ]; then
-    failed=$((failed + 1))
-    failures+=("nextest (exit $status)")
+  if [ "$status" != 0 ]; then
+    if [ "$f" = 0 ] && [ "$timed_out" = 0 ]; then
+      failed=$((failed + 1))
+      failures+=("nextest (exit $status)")
+    else
+      failures+=("nextest")
+    fi
   fi
   [ "$status" = 0 ]
 }
@@ -65,7 +71,7 @@ python_env() {
   fi
 }
 
-# Runs pytest and adds its per-test counts to the totals.
+# Runs pytest and adds its per-test counts to the totals, as `nextest` does.
 pytests() {
   local out
   out=$(mktemp)
@@ -81,8 +87,13 @@ pytests() {
   rm -f "$out"
   passed=$((passed + p))
   failed=$((failed + f + e))
-  if [ "$status" != 0 ] && [ "$f" = 0 ] && [ "$e" = 0 ]; then
-    failed=$((failed + 1))
+  if [ "$status" != 0 ]; then
+    if [ "$f" = 0 ] && [ "$e" = 0 ]; then
+      failed=$((failed + 1))
+      failures+=("pytest (exit $status)")
+    else
+      failures+=("pytest")
+    fi
   fi
   [ "$status" = 0 ]
 }
@@ -119,31 +130,38 @@ prepare() {
   fi
 }
 
-if ! prepare; then
-  echo "0 passed, 1 failed (environment preparation)"
-  exit 1
-fi
+main() {
+  if ! prepare; then
+    echo "0 passed, 1 failed (environment preparation)"
+    exit 1
+  fi
 
-step "cargo fmt --check" cargo fmt --all -- --check
-step "cargo clippy" cargo clippy --locked --workspace --all-targets --release -- -D warnings
-step "build the sandbox image" images/build.sh
-log "== tests (unit, router and end-to-end)"
-nextest || failures+=("nextest")
-log "== Python clients (agent-sandbox SDK, Playwright, mcp)"
-pytests || failures+=("pytest")
-step "benchmark harness smoke run (startup, 1 iteration)" \
-  cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
-step "benchmark harness smoke run (capabilities, 2 iterations)" \
-  cargo run --locked --release -q -p agentbox-bench --bin capabilities -- --iterations 2
-step "compose.yaml is valid" docker-compose config -q
-step "build the orchestrator image" images/build-orchestrator.sh
-step "benchmark harness smoke run (orchestrator)" \
-  cargo run --locked --release -q -p agentbox-bench --bin orchestrator-bench -- \
-  --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
+  step "cargo fmt --check" cargo fmt --all -- --check
+  step "cargo clippy" cargo clippy --locked --workspace --all-targets --release -- -D warnings
+  step "build the sandbox image" images/build.sh
+  log "== tests (unit, router and end-to-end)"
+  nextest
+  log "== Python clients (agent-sandbox SDK, Playwright, mcp)"
+  pytests
+  step "benchmark harness smoke run (startup, 1 iteration)" \
+    cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
+  step "benchmark harness smoke run (capabilities, 2 iterations)" \
+    cargo run --locked --release -q -p agentbox-bench --bin capabilities -- --iterations 2
+  step "compose.yaml is valid" docker-compose config -q
+  step "build the orchestrator image" images/build-orchestrator.sh
+  step "benchmark harness smoke run (orchestrator)" \
+    cargo run --locked --release -q -p agentbox-bench --bin orchestrator-bench -- \
+    --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
 
-log "finished in $(( $(date +%s) - started )) s"
-if [ ${#failures[@]} -gt 0 ]; then
-  log "failed: ${failures[*]}"
+  log "finished in $(( $(date +%s) - started )) s"
+  if [ ${#failures[@]} -gt 0 ]; then
+    log "failed: ${failures[*]}"
+  fi
+  echo "$passed passed, $failed failed"
+  [ "$failed" = 0 ]
+}
+
+# Sourced (tests/tests/scripts.rs checks the counting), it only defines the functions.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  main "$@"
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]

@@ -48,10 +48,11 @@ async fn start() -> anyhow::Result<Sandbox> {
         state_parent.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o711),
     )?;
-    let mut settings = Settings::from_lookup(|_| None)?;
+    // sandboxd refuses to start without a key (unless SANDBOX_AUTH=none).
+    let mut settings =
+        Settings::from_lookup(|name| (name == "SANDBOX_API_KEY").then(|| KEY.to_string()))?;
     settings.workspace = workspace.clone();
     settings.file_roots = vec![workspace.clone()];
-    settings.api_key = Some(KEY.into());
     // A display that does not exist on this host.
     settings.display = ":97".into();
     let activity = Activity::new();

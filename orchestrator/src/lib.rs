@@ -34,8 +34,6 @@ pub mod tokens;
 
 use std::sync::Arc;
 
-use std::future::IntoFuture;
-
 use anyhow::Context;
 
 use crate::backend::Backend;
@@ -108,13 +106,9 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     let app = api::router(state);
     tracing::info!(addr = %local, %public_url, %instance, image = %settings.image, pool_size = settings.pool_size, "listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let server = tokio::spawn(api::serve(listener, app, async {
+        let _ = stopped.await;
+    }));
     shutdown_signal().await;
     let _ = stop.send(());
     // Requests in flight get a moment to finish; open WebSocket sessions do not hold the exit.

@@ -769,8 +769,15 @@ struct NetHosts {
     names: Vec<String>,
 }
 
+/// Runs a program of the host (`ip`, `curl`...) and waits for it.
+// The test process reaps nothing but its own children: std waits for them.
+#[allow(clippy::disallowed_methods)]
+fn host_command(program: &str, args: &[&str]) -> std::io::Result<std::process::Output> {
+    std::process::Command::new(program).args(args).output()
+}
+
 fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let output = std::process::Command::new("ip").args(args).output()?;
+    let output = host_command("ip", args)?;
     anyhow::ensure!(
         output.status.success(),
         "ip {args:?}: {}",
@@ -781,15 +788,13 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 
 impl NetHosts {
     /// `hosts`: (name, host-side address/24, addresses inside the namespace).
+    // The HTTP servers run in the background until `drop` kills them with their namespace.
+    #[allow(clippy::disallowed_methods)]
     fn start(hosts: &[(&str, &str, &[&str])]) -> anyhow::Result<Self> {
         let mut made = Self { names: Vec::new() };
         for (name, host_side, inside) in hosts {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "del", name])
-                .output();
-            let _ = std::process::Command::new("ip")
-                .args(["link", "del", &format!("v{name}")])
-                .output();
+            let _ = host_command("ip", &["netns", "del", name]);
+            let _ = host_command("ip", &["link", "del", &format!("v{name}")]);
             ip(&["netns", "add", name])?;
             made.names.push(name.to_string());
             let outer = format!("v{name}");
@@ -842,15 +847,12 @@ impl Drop for NetHosts {
     fn drop(&mut self) {
         for name in &self.names {
             // Ends the servers with the namespace.
-            let _ = std::process::Command::new("sh")
-                .args(["-c", &format!("ip netns pids {name} | xargs -r kill -9")])
-                .output();
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "del", name])
-                .output();
-            let _ = std::process::Command::new("ip")
-                .args(["link", "del", &format!("v{name}")])
-                .output();
+            let _ = host_command(
+                "sh",
+                &["-c", &format!("ip netns pids {name} | xargs -r kill -9")],
+            );
+            let _ = host_command("ip", &["netns", "del", name]);
+            let _ = host_command("ip", &["link", "del", &format!("v{name}")]);
         }
     }
 }
@@ -879,7 +881,7 @@ fn host_addresses(gateway_of: &str) -> anyhow::Result<Vec<String>> {
         &container_name(gateway_of),
     ])?;
     let mut addresses = vec![gateway];
-    let output = std::process::Command::new("hostname").arg("-I").output()?;
+    let output = host_command("hostname", &["-I"])?;
     addresses.extend(
         String::from_utf8_lossy(&output.stdout)
             .split_whitespace()
@@ -922,9 +924,8 @@ async fn finding_8_sandboxes_reach_the_internet_but_not_the_host_or_private_netw
         "http://10.213.0.2/",
         "http://169.254.169.254/",
     ] {
-        let ok = std::process::Command::new("curl")
-            .args(["-s", "-o", "/dev/null", "-m", "3", url])
-            .status()?
+        let ok = host_command("curl", &["-s", "-o", "/dev/null", "-m", "3", url])?
+            .status
             .success();
         anyhow::ensure!(
             ok,
@@ -1140,6 +1141,8 @@ async fn finding_9_lifecycle_work_survives_clients_that_go_away_and_limits_hold(
 
 /// Finding 9: `DOCKER_HOST=tcp://...` was silently ignored (the local socket was used).
 #[test]
+// Runs the orchestrator binary itself and waits for it to refuse to start.
+#[allow(clippy::disallowed_methods)]
 fn finding_9_an_unusable_docker_host_is_an_error_not_ignored() -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))

@@ -38,6 +38,8 @@ const SERVERS: usize = 4;
 
 /// A real Xvfb on a display it picks, and x11vnc servers without a password (and without
 /// view-only mode) on free loopback ports.
+// The test's own X server and VNC servers: killed and waited for by `Killed` on drop.
+#[allow(clippy::disallowed_methods)]
 fn desktop() -> Result<(Killed, Vec<Killed>, String, Vec<u16>)> {
     let mut xvfb = Command::new("Xvfb")
         .args([

@@ -350,16 +350,18 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let _ = Command::new("runuser")
+        let _ = run(Command::new("runuser")
             .args(["-u", "postgres", "--"])
             .arg(self.bin.join("pg_ctl"))
             .arg("-D")
             .arg(self.dir.path().join("data"))
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
+            .args(["-m", "immediate", "-w", "stop"]));
     }
 }
 
+/// Runs a host program (initdb, pg_ctl...) and waits for it.
+// The test process reaps nothing but its own children: std waits for them.
+#[allow(clippy::disallowed_methods)]
 fn run(command: &mut Command) -> anyhow::Result<()> {
     let output = command
         .output()

@@ -422,6 +422,7 @@ fn bounded(
 ///
 /// # Safety
 /// Must be called while the process has a single thread (see [`std::env::remove_var`]).
+#[allow(unsafe_code)]
 pub unsafe fn scrub_secrets_from_env() {
     for name in SECRET_VARS {
         // SAFETY: the caller guarantees no other thread reads or writes the environment.

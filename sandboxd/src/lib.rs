@@ -99,17 +99,17 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     // Building the router generated the OpenAPI descriptions of every route, then dropped
     // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
     // SAFETY: malloc_trim only walks glibc's own heap, under its own locks.
+    #[allow(unsafe_code)]
     unsafe {
         nix::libc::malloc_trim(0);
     }
 
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_http_rx.await;
-            })
-            .await
+        api::serve(listener, app, async {
+            let _ = stop_http_rx.await;
+        })
+        .await
     });
 
     let idle = async {

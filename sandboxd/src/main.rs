@@ -12,7 +12,10 @@ fn main() -> ExitCode {
     };
     // SAFETY: no other thread exists yet (the runtime and the reaper start below), so changing the
     // environment cannot race with a reader. Secrets must not be inherited by supervised programs.
-    unsafe { sandboxd::config::scrub_secrets_from_env() };
+    #[allow(unsafe_code)]
+    unsafe {
+        sandboxd::config::scrub_secrets_from_env()
+    };
     // chromiumoxide warns on every protocol message it does not know: errors only.
     agentbox_http::logging::init(settings.log_format, "info,chromiumoxide=error");
     sandboxd::pid1::protect_own_memory();

@@ -1,7 +1,15 @@
 //! Facts about the sandbox for `GET /v1/sandbox`: OS, user, directories, listening ports and the
-//! tools installed. Everything is read from `/proc`, `/etc` and `PATH`; nothing is executed.
+//! tools installed. Everything is read from `/proc`, `/etc` and `PATH`, except Node.js's version:
+//! `node --version` is the one thing run, through the reaper, with a time limit, and remembered
+//! for as long as the binary is the same file.
 
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use sysinfo::System;
 
@@ -47,7 +55,30 @@ const TOOLS: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
-/// The full context; falls back to unknowns where a fact cannot be read.
+/// Names Node.js goes by on `PATH`: `node` upstream, `nodejs` in older Debian and Ubuntu
+/// packages (newer ones have both).
+const NODE_NAMES: [&str; 2] = ["node", "nodejs"];
+
+/// How long `node --version` may take (a cold start on a busy sandbox is well under a second).
+const NODE_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Everything, the blocking reads off the async workers and Node's probe alongside.
+pub async fn gather(settings: Arc<Settings>) -> SandboxContext {
+    let reading = settings.clone();
+    let (context, nodejs) = tokio::join!(
+        tokio::task::spawn_blocking(move || sandbox_context(&reading)),
+        nodejs()
+    );
+    let mut context = context.unwrap_or_else(|error| {
+        tracing::error!(%error, "gathering system details panicked");
+        minimal_context(&settings)
+    });
+    context.detail.runtime.nodejs = nodejs.into_iter().collect();
+    context
+}
+
+/// The full context but Node.js (see [`gather`]); falls back to unknowns where a fact cannot be
+/// read.
 pub fn sandbox_context(settings: &Settings) -> SandboxContext {
     let home = settings.home_dir.display().to_string();
     let workspace = settings.workspace.display().to_string();
@@ -183,8 +214,12 @@ fn parse_listening(table: &str) -> Vec<u16> {
 }
 
 fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    find_in(&std::env::var_os("PATH")?, name)
+}
+
+/// The first executable `name` in the directories of `path` (a `PATH` value).
+fn find_in(path: &OsStr, name: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
         .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate))
 }
@@ -209,6 +244,103 @@ fn python() -> Option<ToolSpec> {
         bin: Some(bin.display().to_string()),
         alias: vec!["python3".into(), "python".into()],
     })
+}
+
+/// Node.js, when `node` or `nodejs` is on `PATH`, with the version it reports.
+async fn nodejs() -> Option<ToolSpec> {
+    let path = std::env::var_os("PATH")?;
+    let (bin, alias) = find_node(&path)?;
+    Some(ToolSpec {
+        ver: node_version(&bin).await,
+        bin: Some(bin.display().to_string()),
+        alias,
+    })
+}
+
+/// The Node.js binary on `path` (`node` first, else `nodejs`) and the names on `path` that are
+/// that same binary.
+fn find_node(path: &OsStr) -> Option<(PathBuf, Vec<String>)> {
+    let found: Vec<(&str, PathBuf)> = NODE_NAMES
+        .iter()
+        .filter_map(|name| Some((*name, find_in(path, name)?)))
+        .collect();
+    let (_, bin) = found.first()?.clone();
+    let real = std::fs::canonicalize(&bin).unwrap_or_else(|_| bin.clone());
+    let alias = found
+        .iter()
+        .filter(|(_, p)| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()) == real)
+        .map(|(name, _)| (*name).to_string())
+        .collect();
+    Some((bin, alias))
+}
+
+/// The binary's `--version`, remembered while it is the same file (path, size, modification).
+async fn node_version(bin: &Path) -> Option<String> {
+    type Probed = Option<((PathBuf, u64, SystemTime), Option<String>)>;
+    static LAST: Mutex<Probed> = Mutex::new(None);
+    let metadata = std::fs::metadata(bin).ok()?;
+    let key = (bin.to_path_buf(), metadata.len(), metadata.modified().ok()?);
+    let remembered = LAST.lock().ok().and_then(|last| {
+        last.as_ref()
+            .filter(|(probed, _)| *probed == key)
+            .map(|(_, version)| version.clone())
+    });
+    if let Some(version) = remembered {
+        return version;
+    }
+    let version = run_for_output(bin, &["--version"], NODE_PROBE_TIMEOUT)
+        .await
+        .as_deref()
+        .and_then(parse_node_version);
+    if let Ok(mut last) = LAST.lock() {
+        *last = Some((key, version.clone()));
+    }
+    version
+}
+
+/// `v20.19.2` → `20.19.2`: what `node --version` prints.
+fn parse_node_version(output: &str) -> Option<String> {
+    let version = output.trim().strip_prefix('v')?;
+    let well_formed = version.starts_with(|c: char| c.is_ascii_digit())
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'));
+    well_formed.then(|| version.to_string())
+}
+
+/// Runs `program args` through the reaper, in a process group of its own killed if it outlives
+/// `limit`; its standard output (at most 4 KiB) if it exits with 0.
+async fn run_for_output(program: &Path, args: &[&str], limit: Duration) -> Option<String> {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0);
+    let spawned = supervisor::reaper().spawn(&mut command).ok()?;
+    let pid = spawned.pid;
+    let mut child = spawned.child;
+    let stdout = child.stdout.take();
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        stdout?.take(4096).read_to_string(&mut text).ok()?;
+        Some(text)
+    });
+    let finished = tokio::time::timeout(limit, async {
+        let text = reading.await.ok().flatten();
+        let status = spawned.exit.await.ok();
+        (text, status)
+    })
+    .await;
+    match finished {
+        Ok((text, Some(status))) if status.success() => text,
+        Ok(_) => None,
+        Err(_) => {
+            supervisor::process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            None
+        }
+    }
 }
 
 fn tools() -> Vec<ToolCategory> {
@@ -243,5 +375,72 @@ mod tests {
    1: 0100007F:170C 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 2 1 0 100 0 0 10 0\n\
    2: 0100007F:1F90 0100007F:D2A4 01 00000000:00000000 00:00000000 00000000  1000        0 3 1 0 100 0 0 10 0\n";
         assert_eq!(parse_listening(table), [8080, 5900]);
+    }
+
+    #[test]
+    fn node_versions_are_read_from_its_output() {
+        assert_eq!(parse_node_version("v20.19.2\n").as_deref(), Some("20.19.2"));
+        assert_eq!(parse_node_version("v18.19.0").as_deref(), Some("18.19.0"));
+        assert_eq!(
+            parse_node_version("v22.0.0-rc.1\n").as_deref(),
+            Some("22.0.0-rc.1")
+        );
+        for bad in ["", "v", "20.1.0", "node: not found", "vX.1", "v1.2 3"] {
+            assert_eq!(parse_node_version(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn node_is_found_as_node_or_nodejs() {
+        use std::os::unix::fs::PermissionsExt;
+        let only_nodejs = tempfile::tempdir().expect("a directory");
+        let both = tempfile::tempdir().expect("a directory");
+        let empty = tempfile::tempdir().expect("a directory");
+        let executable = |path: &Path| {
+            std::fs::write(path, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        };
+        executable(&only_nodejs.path().join("nodejs"));
+        executable(&both.path().join("node"));
+        std::os::unix::fs::symlink("node", both.path().join("nodejs")).expect("symlink");
+        // Not executable: not a candidate.
+        std::fs::write(empty.path().join("node"), "").expect("write");
+
+        let path = |dirs: &[&Path]| std::env::join_paths(dirs).expect("a PATH");
+        let (bin, alias) = find_node(&path(&[empty.path(), only_nodejs.path()])).expect("found");
+        assert_eq!(bin, only_nodejs.path().join("nodejs"));
+        assert_eq!(alias, ["nodejs"]);
+        let (bin, alias) = find_node(&path(&[only_nodejs.path(), both.path()])).expect("found");
+        assert_eq!(bin, both.path().join("node"), "`node` comes first");
+        assert_eq!(alias, ["node"], "that `nodejs` is another binary");
+        let (bin, alias) = find_node(&path(&[both.path()])).expect("found");
+        assert_eq!(bin, both.path().join("node"));
+        assert_eq!(alias, ["node", "nodejs"]);
+        assert_eq!(find_node(&path(&[empty.path()])), None);
+    }
+
+    #[tokio::test]
+    async fn probes_run_through_the_reaper_within_their_limit() {
+        let sh = Path::new("/bin/sh");
+        let second = Duration::from_secs(5);
+        let output = run_for_output(sh, &["-c", "echo v1.2.3"], second).await;
+        assert_eq!(output.as_deref(), Some("v1.2.3\n"));
+        assert_eq!(
+            run_for_output(sh, &["-c", "echo v1.2.3; exit 1"], second).await,
+            None,
+            "a failed run says nothing"
+        );
+        let started = std::time::Instant::now();
+        let hung = run_for_output(sh, &["-c", "sleep 30"], Duration::from_millis(200)).await;
+        assert_eq!(hung, None);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            run_for_output(Path::new("/nonexistent/node"), &["--version"], second).await,
+            None
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! The router without a socket (`oneshot`): auth, error shapes, the OpenAPI document.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -102,23 +103,129 @@ async fn readyz_with_no_programs_is_ready() {
     assert_eq!(body["ready"], true);
 }
 
+/// Routes served on purpose without an OpenAPI description, and why.
+const UNDOCUMENTED: &[(&str, &str)] = &[
+    ("/v1/openapi.json", "the document itself"),
+    (
+        "/cdp",
+        "Chromium's DevTools HTTP endpoints and WebSocket, relayed as they are",
+    ),
+    (
+        "/cdp/",
+        "Chromium's DevTools HTTP endpoints and WebSocket, relayed as they are",
+    ),
+    (
+        "/cdp/{path}",
+        "Chromium's DevTools HTTP endpoints and WebSocket, relayed as they are",
+    ),
+    ("/mcp", "the MCP server, which lists its own tools"),
+    ("/mcp/", "the MCP server, which lists its own tools"),
+    (
+        "/mcp/{__private__axum_nest_tail_param}",
+        "the MCP server, which lists its own tools",
+    ),
+    (
+        "/vnc",
+        "noVNC's page and files for the remote desktop viewer",
+    ),
+    (
+        "/vnc/",
+        "noVNC's page and files for the remote desktop viewer",
+    ),
+    (
+        "/vnc/{path}",
+        "noVNC's page and files, and the viewer's RFB WebSocket",
+    ),
+    ("/websockify", "the RFB WebSocket for VNC clients"),
+];
+
+/// Every path the router serves, from its route table (axum's `Debug` of a router lists its
+/// paths; the fallback's own table is left out), wildcards written as plain parameters.
+fn served_paths(app: &axum::Router) -> BTreeSet<String> {
+    let text = format!("{app:?}");
+    let table = text
+        .split("fallback_router:")
+        .next()
+        .expect("split yields at least one part");
+    let mut paths = BTreeSet::new();
+    for (at, _) in table.match_indices("RouteId(") {
+        let rest = &table[at..];
+        let Some(quote) = rest.find("): \"") else {
+            continue;
+        };
+        if rest[..quote].len() > "RouteId(".len() + 20 {
+            continue; // not `RouteId(n): "path"`
+        }
+        let path = &rest[quote + 4..];
+        let path = &path[..path.find('"').expect("a closing quote")];
+        paths.insert(path.replace("{*", "{"));
+    }
+    assert!(paths.len() > 10, "axum's Debug output changed: {text}");
+    paths
+}
+
+/// The methods served on `path`: the `Allow` header of the 405 a PATCH gets (no route takes
+/// PATCH), HEAD left out (axum serves it with GET).
+async fn served_methods(app: &axum::Router, path: &str) -> BTreeSet<String> {
+    let concrete: String = path
+        .split('/')
+        .map(|segment| {
+            if segment.starts_with('{') {
+                "0"
+            } else {
+                segment
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    let request = Request::patch(&concrete).body(Body::empty()).unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "PATCH {concrete}"
+    );
+    let allow = response.headers()["allow"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    allow
+        .split(',')
+        .map(|method| method.trim().to_string())
+        .filter(|method| method != "head")
+        .collect()
+}
+
+/// The document describes exactly the routes the router serves, with their methods; what it
+/// leaves out is listed in `UNDOCUMENTED` with the reason.
 #[tokio::test]
 async fn the_openapi_document_describes_every_route() {
-    let (status, doc) = call(&app(None), get("/v1/openapi.json")).await;
+    let app = app(None);
+    let (status, doc) = call(&app, get("/v1/openapi.json")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
-    for path in [
-        "/healthz",
-        "/readyz",
-        "/v1/processes",
-        "/v1/processes/{name}/restart",
-        "/v1/sandbox",
-    ] {
-        assert!(
-            paths.contains_key(path),
-            "{path} missing from {:?}",
-            paths.keys()
+    let documented: BTreeSet<String> = paths.keys().cloned().collect();
+    let served = served_paths(&app);
+
+    let not_served: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        not_served.is_empty(),
+        "documented but not served: {not_served:?}"
+    );
+    let undocumented: BTreeSet<String> = served.difference(&documented).cloned().collect();
+    let expected: BTreeSet<String> = UNDOCUMENTED.iter().map(|(p, _)| p.to_string()).collect();
+    assert_eq!(
+        undocumented, expected,
+        "served without a description (describe them, or list them in UNDOCUMENTED with why)"
+    );
+
+    for (path, item) in paths {
+        let described: BTreeSet<String> = item.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(
+            served_methods(&app, path).await,
+            described,
+            "the methods of {path}"
         );
     }
     assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
@@ -158,4 +265,67 @@ async fn the_heartbeat_reports_work_in_flight_but_not_itself() {
     // The heartbeat needs the key.
     let (status, _) = call(&app, get("/v1/activity")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// The desktop's and the browser page's screenshots read `quality` by one rule: 1 to 100, for
+/// any format, refused with the same answer.
+#[tokio::test]
+async fn both_screenshot_routes_refuse_a_bad_quality_alike() {
+    let app = app(None);
+    for quality in ["0", "101", "300", "-1"] {
+        let mut answers = Vec::new();
+        for route in ["/v1/browser/screenshot", "/v1/browser/page/screenshot"] {
+            for format in ["jpeg", "png"] {
+                let (status, body) = call(
+                    &app,
+                    get(&format!("{route}?format={format}&quality={quality}")),
+                )
+                .await;
+                assert_eq!(
+                    status,
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "{route} {quality}"
+                );
+                assert_eq!(
+                    body["detail"][0]["loc"],
+                    serde_json::json!(["query", "quality"]),
+                    "{route} {quality}: {body}"
+                );
+                answers.push(body["message"].clone());
+            }
+        }
+        assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+        assert_eq!(
+            answers[0],
+            format!("quality must be from 1 to 100, got {quality}")
+        );
+    }
+}
+
+/// `detail.runtime.nodejs` lists Node.js when `node` (or `nodejs`) is on PATH, with the version
+/// it reports, and is empty otherwise.
+#[tokio::test]
+async fn the_sandbox_context_reports_node_when_it_is_installed() {
+    let (status, body) = call(&app(None), get("/v1/sandbox")).await;
+    assert_eq!(status, StatusCode::OK);
+    let nodejs = body["detail"]["runtime"]["nodejs"].as_array().unwrap();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let installed = ["node", "nodejs"].iter().any(|name| {
+        std::env::split_paths(&path).any(|dir| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    });
+    if !installed {
+        assert!(nodejs.is_empty(), "{body}");
+        return;
+    }
+    assert_eq!(nodejs.len(), 1, "{body}");
+    let version = nodejs[0]["ver"].as_str().unwrap_or_default();
+    assert!(
+        version.starts_with(|c: char| c.is_ascii_digit()),
+        "node's version: {body}"
+    );
+    assert!(nodejs[0]["bin"].as_str().is_some(), "{body}");
 }

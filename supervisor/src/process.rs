@@ -118,6 +118,7 @@ pub fn build_command(spec: &ProgramSpec, identity: Option<&Identity>) -> Command
 pub fn new_session(command: &mut Command) {
     // SAFETY: the closure runs in the forked child before exec and only calls setsid(2), which is
     // async-signal-safe; it touches no memory shared with the parent.
+    #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(|| {
             nix::unistd::setsid().map_err(std::io::Error::from)?;

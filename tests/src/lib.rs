@@ -7,7 +7,7 @@
 pub mod snapshot;
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -18,12 +18,17 @@ pub fn sandbox_image() -> String {
     std::env::var("AGENTBOX_SANDBOX_IMAGE").unwrap_or_else(|_| "agentbox/sandbox:latest".into())
 }
 
+/// Runs the host's `docker` CLI with `args` and waits for it.
+// The test process is not PID 1 and reaps nothing but its own children: std waits for the
+// docker CLI itself. This is the harness's one direct spawn.
+#[allow(clippy::disallowed_methods)]
+pub fn docker_output(args: &[&str]) -> std::io::Result<Output> {
+    Command::new("docker").args(args).output()
+}
+
 /// Runs `docker` with `args`, returning stdout; fails with stderr on a non-zero exit.
 pub fn docker(args: &[&str]) -> anyhow::Result<String> {
-    let output = Command::new("docker")
-        .args(args)
-        .output()
-        .with_context(|| format!("running docker {args:?}"))?;
+    let output = docker_output(args).with_context(|| format!("running docker {args:?}"))?;
     if !output.status.success() {
         bail!(
             "docker {:?} failed ({}): {}",
@@ -199,9 +204,7 @@ impl Sandbox {
 
     pub fn logs_tail(&self, lines: usize) -> String {
         let n = lines.to_string();
-        Command::new("docker")
-            .args(["logs", "--tail", &n, &self.id])
-            .output()
+        docker_output(&["logs", "--tail", &n, &self.id])
             .map(|o| {
                 format!(
                     "{}{}",
@@ -215,9 +218,7 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rm", "-f", "-v", &self.id])
-            .output();
+        let _ = docker_output(&["rm", "-f", "-v", &self.id]);
     }
 }
 
@@ -234,14 +235,31 @@ pub fn row<'a>(programs: &'a [Value], name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
-/// A random number from the kernel, for keys and names.
+/// A random number for keys and names (test instances, container tags), which must differ
+/// between runs: from the kernel, or, should `/dev/urandom` be unreadable, from
+/// [`fallback_u64`].
 pub fn rand_u64() -> u64 {
+    use std::io::Read;
     let mut bytes = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut bytes);
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    match read {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => fallback_u64(),
     }
-    u64::from_le_bytes(bytes) ^ Instant::now().elapsed().as_nanos() as u64
+}
+
+/// A number that differs between calls and runs without the kernel's randomness: std's
+/// randomly keyed hasher over the wall clock and the process id. (`Instant::now().elapsed()`,
+/// mixed in here before, is always about zero.)
+fn fallback_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::hash::RandomState::new().build_hasher();
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.write_u128(since_epoch.as_nanos());
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 /// Writes `content` to a world-readable file in `dir` (the container user must read it).
@@ -252,4 +270,22 @@ pub fn readable_file(dir: &Path, name: &str, content: &str) -> anyhow::Result<st
     std::fs::write(&path, content)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both sources give numbers spread over all 64 bits, never the same twice in a row.
+    #[test]
+    fn random_numbers_differ_and_fill_their_bits() {
+        for source in [rand_u64 as fn() -> u64, fallback_u64] {
+            let values: std::collections::HashSet<u64> = (0..64).map(|_| source()).collect();
+            assert_eq!(values.len(), 64);
+            assert!(
+                values.iter().filter(|v| **v >> 40 != 0).count() > 48,
+                "{values:x?}"
+            );
+        }
+    }
 }

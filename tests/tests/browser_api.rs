@@ -5,10 +5,9 @@
 //! reconnection checks in order; one keeps the default URL policy and checks refusals and that an
 //! unused browser API opens no CDP connection.
 
-use std::process::Command;
 use std::time::Duration;
 
-use agentbox_tests::{Sandbox, SandboxOptions, readable_file};
+use agentbox_tests::{Sandbox, SandboxOptions, docker, readable_file};
 use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
@@ -170,18 +169,14 @@ fn serve_site(sb: &Sandbox) -> anyhow::Result<()> {
     ] {
         readable_file(dir.path(), name, content)?;
     }
-    let status = Command::new("docker")
-        .args([
-            "cp",
-            &format!("{}/.", dir.path().display()),
-            &format!("{}:/tmp/site", sb.id),
-        ])
-        .status()?;
-    ensure!(status.success(), "docker cp of the test site failed");
-    let status = Command::new("docker")
-        .args(["exec", "-d", &sb.id, "python3", "/tmp/site/server.py"])
-        .status()?;
-    ensure!(status.success(), "starting the test web server failed");
+    docker(&[
+        "cp",
+        &format!("{}/.", dir.path().display()),
+        &format!("{}:/tmp/site", sb.id),
+    ])
+    .context("docker cp of the test site")?;
+    docker(&["exec", "-d", &sb.id, "python3", "/tmp/site/server.py"])
+        .context("starting the test web server")?;
     for _ in 0..100 {
         if sb
             .exec(&[

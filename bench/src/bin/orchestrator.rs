@@ -33,6 +33,8 @@ struct Server {
 }
 
 impl Server {
+    // The orchestrator under test is the bench's own child, killed and waited for on drop.
+    #[allow(clippy::disallowed_methods)]
     fn start(binary: &str, image: &str, pool: usize, tag: &str) -> anyhow::Result<Self> {
         let instance = format!("bench-{tag}-{}", std::process::id());
         let data = std::env::temp_dir().join(format!("agentbox-{instance}"));
@@ -134,6 +136,8 @@ async fn delete(client: &reqwest::Client, server: &Server, id: &str) -> anyhow::
     Ok(())
 }
 
+// The baseline's `docker run` is the timed start itself: tokio waits for that child.
+#[allow(clippy::disallowed_methods)]
 async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Duration> {
     let name = format!("agentbox-bench-floor-{}", std::process::id());
     let _ = docker(&["rm", "-f", &name]);

@@ -34,6 +34,8 @@ impl Xvfb {
     }
 
     /// Like [`Xvfb::start`], with extra arguments for Xvfb.
+    // The test's own X server: killed and waited for on drop.
+    #[allow(clippy::disallowed_methods)]
     pub fn start_with(extra: &[&str]) -> Result<Xvfb> {
         let screen = format!("{WIDTH}x{HEIGHT}x24");
         let mut child = Command::new("Xvfb")

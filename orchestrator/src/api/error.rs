@@ -113,14 +113,9 @@ impl From<SandboxError> for ApiError {
     fn from(error: SandboxError) -> Self {
         match error {
             SandboxError::Invalid { .. } => ApiError::invalid(error.to_string()),
-            SandboxError::NotFound(what) => ApiError::not_found(format!(
-                "no {}",
-                if what.starts_with("token") {
-                    what
-                } else {
-                    format!("sandbox {what}")
-                }
-            )),
+            SandboxError::NotFound(_) | SandboxError::TokenNotFound { .. } => {
+                ApiError::not_found(error.to_string())
+            }
             SandboxError::Conflict(message) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }
@@ -164,5 +159,37 @@ impl From<KeyError> for ApiError {
             KeyError::WeakAdminKey => ApiError::invalid(error.to_string()),
             KeyError::Store(error) => ApiError::internal(error),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A missing sandbox and a missing token are told apart by their variant: a sandbox id that
+    /// happens to start with "token" is still a sandbox.
+    #[test]
+    fn missing_sandboxes_and_tokens_are_404s_that_say_which() {
+        let sandbox = ApiError::from(SandboxError::NotFound("token-shaped".into()));
+        assert_eq!(
+            (sandbox.status, sandbox.code, sandbox.message.as_str()),
+            (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no sandbox token-shaped"
+            )
+        );
+        let token = ApiError::from(SandboxError::TokenNotFound {
+            sandbox_id: "sbx-1".into(),
+            token_id: "tok-2".into(),
+        });
+        assert_eq!(
+            (token.status, token.code, token.message.as_str()),
+            (
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no token tok-2 of sandbox sbx-1"
+            )
+        );
     }
 }

@@ -102,6 +102,17 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     document
 }
 
+/// Serves `app` on `listener` until `stop` resolves, then lets the requests in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     let document = Arc::new(openapi_document());

@@ -79,8 +79,15 @@ impl EndReason {
 pub enum SandboxError {
     #[error("invalid `{field}`: {message}")]
     Invalid { field: String, message: String },
+    /// No such sandbox, or not one the caller may see.
     #[error("no sandbox {0}")]
     NotFound(String),
+    /// The sandbox exists, but no live token of it has this id.
+    #[error("no token {token_id} of sandbox {sandbox_id}")]
+    TokenNotFound {
+        sandbox_id: String,
+        token_id: String,
+    },
     #[error("{0}")]
     Conflict(String),
     #[error("the sandbox did not become ready: {reason}")]
@@ -759,9 +766,10 @@ impl Sandboxes {
         let revoked = self.store.revoke_tokens(id, token_id, now_ms()).await?;
         if let Some(token_id) = token_id {
             if revoked == 0 {
-                return Err(SandboxError::NotFound(format!(
-                    "token {token_id} of sandbox {id}"
-                )));
+                return Err(SandboxError::TokenNotFound {
+                    sandbox_id: id.to_string(),
+                    token_id: token_id.to_string(),
+                });
             }
             self.sessions.end_token(token_id);
         } else {

@@ -86,6 +86,8 @@ impl Orchestrator {
         Ok(orchestrator)
     }
 
+    // The orchestrator under test is the test's own child, killed and waited for on drop.
+    #[allow(clippy::disallowed_methods)]
     fn spawn(&mut self) -> anyhow::Result<()> {
         let mut command = Command::new(env!("CARGO_BIN_EXE_orchestrator"));
         command
@@ -295,6 +297,8 @@ impl Drop for Orchestrator {
 }
 
 /// Removes the egress chains the orchestrator made for `network` (they outlive it by design).
+// Runs the host's iptables and waits for it (the test process reaps only its own children).
+#[allow(clippy::disallowed_methods)]
 pub fn remove_egress_rules(network: &str) {
     let rules = orchestrator::backend::egress::EgressRules {
         bridge: orchestrator::backend::egress::bridge_name(network),

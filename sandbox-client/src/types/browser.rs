@@ -260,7 +260,8 @@ pub struct ScreenshotQuery {
     /// Default `png`.
     #[param(inline)]
     pub format: Option<ImageFormat>,
-    /// JPEG quality 0..100.
+    /// JPEG quality, 1-100 (default 80); PNG ignores it.
+    #[param(minimum = 1, maximum = 100)]
     pub quality: Option<i64>,
 }
 
@@ -464,7 +465,7 @@ mod tests {
         .to_string();
         assert!(
             error.contains(
-                "unknown wait_until \"later\": expected one of load, domcontentloaded, networkidle, commit"
+                "unknown wait_until \"later\": expected one of load, domcontentloaded, networkidle (or networkidle0, networkidle2), commit"
             ),
             "{error}"
         );

@@ -43,8 +43,11 @@ pub struct DesktopScreenshotQuery {
     /// Default `png`.
     #[param(inline)]
     pub format: Option<ImageFormat>,
-    /// JPEG quality, 1-100 (default 80).
-    pub quality: Option<u8>,
+    /// JPEG quality, 1-100 (default 80); PNG ignores it.
+    #[param(minimum = 1, maximum = 100)]
+    #[schema(minimum = 1, maximum = 100)]
+    #[schemars(range(min = 1, max = 100))]
+    pub quality: Option<i64>,
     /// Downscale (keeping the aspect ratio) to fit this width; the scale is reported.
     pub max_width: Option<u32>,
     /// Downscale (keeping the aspect ratio) to fit this height; the scale is reported.
@@ -428,6 +431,14 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("unknown button \"thumb\""), "{error}");
+        // Every button that is accepted is listed: left, middle (or wheel), right, back, forward.
+        assert_eq!(DesktopButton::NAMES.len(), 6);
+        for name in DesktopButton::NAMES {
+            assert!(
+                error.contains(name),
+                "{name} is accepted but not listed: {error}"
+            );
+        }
         let action: DesktopAction = serde_json::from_value(serde_json::json!({
             "action_type": "DRAG_TO", "x": 1, "y": 2, "button": "Wheel"
         }))

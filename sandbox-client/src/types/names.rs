@@ -54,6 +54,13 @@ macro_rules! name_enum {
             /// Every value, in the order the schema lists them.
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
+            /// Every name read, canonical and aliases, in the schema's order.
+            pub const NAMES: &'static [&'static str] = &[$($canonical $(, $alias)*),+];
+
+            /// Each canonical name with its aliases: what a refusal lists.
+            const CHOICES: &'static [(&'static str, &'static [&'static str])] =
+                &[$(($canonical, &[$($alias),*])),+];
+
             /// The canonical name: how it is sent and listed.
             pub fn as_str(self) -> &'static str {
                 match self {
@@ -89,7 +96,7 @@ macro_rules! name_enum {
                         "unknown {} {:?}: expected one of {}",
                         $what,
                         text,
-                        $crate::types::names::listed(Self::ALL.iter().map(|v| v.as_str())),
+                        $crate::types::names::listed(Self::CHOICES),
                     ))
                 })
             }
@@ -99,10 +106,17 @@ macro_rules! name_enum {
 
 pub(crate) use name_enum;
 
-/// `a, b, c`.
+/// `a, b (or b2, b3), c`: every name a refusal's field accepts.
 #[doc(hidden)]
-pub fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    names.collect::<Vec<_>>().join(", ")
+pub fn listed(choices: &[(&str, &[&str])]) -> String {
+    choices
+        .iter()
+        .map(|(canonical, aliases)| match aliases {
+            [] => (*canonical).to_string(),
+            aliases => format!("{canonical} (or {})", aliases.join(", ")),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -131,8 +145,14 @@ mod tests {
         let error = serde_json::from_value::<Fruit>(serde_json::json!("plum")).unwrap_err();
         assert_eq!(
             error.to_string(),
-            "unknown fruit \"plum\": expected one of apple, pear"
+            "unknown fruit \"plum\": expected one of apple, pear (or poire)"
         );
+        assert_eq!(Fruit::ALL, [Fruit::Apple, Fruit::Pear]);
+        // The refusal lists every name that is read, no fewer.
+        for name in Fruit::NAMES {
+            assert!(error.to_string().contains(name), "{name}: {error}");
+            assert!(Fruit::parse(name).is_some(), "{name}");
+        }
         assert!(serde_json::from_value::<Fruit>(serde_json::json!(3)).is_err());
     }
 

@@ -116,6 +116,8 @@ pub const SCREEN: (u32, u32) = (1280, 800);
 impl Xvfb {
     /// Starts `Xvfb` on a free display (it reports the one it picked once it accepts
     /// connections). Fails, never skips, when Xvfb is missing.
+    // The test's own X server: killed and waited for on drop.
+    #[allow(clippy::disallowed_methods)]
     pub fn start() -> Result<Xvfb> {
         let screen = format!("{}x{}x24", SCREEN.0, SCREEN.1);
         let mut child = Command::new("Xvfb")

@@ -352,16 +352,7 @@ pub async fn screenshot(
     AioQuery(query): AioQuery<ScreenshotQuery>,
 ) -> Result<Response, ApiError> {
     let format = query.format.map_or(ImageFormat::Png, ImageFormat::from);
-    let quality = match query.quality {
-        None => None,
-        Some(q) if (0..=100).contains(&q) => Some(q as u8),
-        Some(q) => {
-            return Err(ApiError::invalid_at(
-                vec!["query".into(), "quality".into()],
-                format!("`quality` must be from 0 to 100, got {q}"),
-            ));
-        }
-    };
+    let quality = super::desktop::jpeg_quality(query.quality)?;
     let shot = state
         .browser
         .screenshot(ScreenshotOptions {

@@ -8,6 +8,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use desktop::keys::{self as key_names, KeyNameError};
 use desktop::{Button, DesktopError, EncodedImage, ImageFormat, fit_within};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -74,6 +75,26 @@ pub async fn screenshot(
     Ok(response)
 }
 
+/// JPEG quality when a screenshot asks for none.
+pub const DEFAULT_JPEG_QUALITY: u8 = 80;
+
+/// The one rule for the `quality` query parameter of both screenshot routes (the desktop's and
+/// the browser page's): when given, whatever the format, from 1 to 100; absent, 80.
+pub fn jpeg_quality(quality: Option<i64>) -> Result<u8, ApiError> {
+    let Some(quality) = quality else {
+        return Ok(DEFAULT_JPEG_QUALITY);
+    };
+    u8::try_from(quality)
+        .ok()
+        .filter(|q| (1..=100).contains(q))
+        .ok_or_else(|| {
+            ApiError::invalid_at(
+                vec!["query".into(), "quality".into()],
+                format!("quality must be from 1 to 100, got {quality}"),
+            )
+        })
+}
+
 /// A captured, encoded screenshot and the id its transform is remembered under.
 pub struct Screenshot {
     pub image: EncodedImage,
@@ -85,18 +106,10 @@ pub async fn take_screenshot(
     state: &AppState,
     query: &DesktopScreenshotQuery,
 ) -> Result<Screenshot, ApiError> {
+    let quality = jpeg_quality(query.quality)?;
     let format = match query.format {
         None | Some(types::ImageFormat::Png) => ImageFormat::Png,
-        Some(types::ImageFormat::Jpeg) => {
-            let quality = query.quality.unwrap_or(80);
-            if !(1..=100).contains(&quality) {
-                return Err(ApiError::invalid_at(
-                    vec!["query".into(), "quality".into()],
-                    format!("quality must be between 1 and 100, got {quality}"),
-                ));
-            }
-            ImageFormat::Jpeg { quality }
-        }
+        Some(types::ImageFormat::Jpeg) => ImageFormat::Jpeg { quality },
     };
     for (name, value) in [
         ("max_width", query.max_width),
@@ -277,12 +290,25 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
             num_clicks,
             modifiers,
             screenshot_id,
-        } => Resolved::Click {
-            at: at(x, y, screenshot_id)?,
-            button: button_named(button),
-            count: num_clicks.unwrap_or(1),
-            modifiers: modifiers.unwrap_or_default(),
-        },
+        } => {
+            let count = num_clicks.unwrap_or(1);
+            if !(1..=3).contains(&count) {
+                return Err(ApiError::invalid(
+                    "num_clicks",
+                    DesktopError::ClickCount(count).to_string(),
+                ));
+            }
+            let modifiers = modifiers.unwrap_or_default();
+            if !modifiers.is_empty() {
+                key_names::parse_hotkey(&modifiers).map_err(|e| key_error("modifiers", e))?;
+            }
+            Resolved::Click {
+                at: at(x, y, screenshot_id)?,
+                button: button_named(button),
+                count,
+                modifiers,
+            }
+        }
         DesktopAction::MouseDown { button } => Resolved::Down(button_named(button)),
         DesktopAction::MouseUp { button } => Resolved::Up(button_named(button)),
         DesktopAction::RightClick {
@@ -366,11 +392,22 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
             // The only unit is `notches`; the wire type refuses any other.
             unit: _,
             screenshot_id,
-        } => Resolved::Scroll {
-            at: at(x, y, screenshot_id)?,
-            dx: dx.unwrap_or(0),
-            dy: dy.unwrap_or(0),
-        },
+        } => {
+            let (dx, dy) = (dx.unwrap_or(0), dy.unwrap_or(0));
+            for (field, notches) in [("dx", dx), ("dy", dy)] {
+                if notches.unsigned_abs() > desktop::MAX_SCROLL_NOTCHES.unsigned_abs() {
+                    return Err(ApiError::invalid(
+                        field,
+                        format!("{field}: {}", DesktopError::ScrollTooLong(notches)),
+                    ));
+                }
+            }
+            Resolved::Scroll {
+                at: at(x, y, screenshot_id)?,
+                dx,
+                dy,
+            }
+        }
         DesktopAction::Typing {
             text,
             use_clipboard,
@@ -390,18 +427,33 @@ fn resolve(session: &DesktopSession, action: DesktopAction) -> Result<Resolved, 
                 Resolved::Type(text)
             }
         }
-        DesktopAction::Press { key } => Resolved::Press(key),
-        DesktopAction::KeyDown { key } => Resolved::KeyDown(key),
-        DesktopAction::KeyUp { key } => Resolved::KeyUp(key),
+        DesktopAction::Press { key } => {
+            key_names::parse_sequence(&key).map_err(|e| key_error("key", e))?;
+            Resolved::Press(key)
+        }
+        DesktopAction::KeyDown { key } => {
+            key_names::parse_chord(&key).map_err(|e| key_error("key", e))?;
+            Resolved::KeyDown(key)
+        }
+        DesktopAction::KeyUp { key } => {
+            key_names::parse_chord(&key).map_err(|e| key_error("key", e))?;
+            Resolved::KeyUp(key)
+        }
         DesktopAction::Hotkey { keys } => {
             if keys.is_empty() {
                 return Err(ApiError::invalid("keys", "keys must name at least one key"));
             }
+            key_names::parse_hotkey(&keys).map_err(|e| key_error("keys", e))?;
             Resolved::Hotkey(keys)
         }
         DesktopAction::CursorPosition {} => Resolved::Nothing,
         DesktopAction::Wait { .. } | DesktopAction::WaitSettled { .. } => Resolved::Nothing,
     })
+}
+
+/// A key name refused in `field`.
+fn key_error(field: &str, error: KeyNameError) -> ApiError {
+    ApiError::invalid(field, format!("{field}: {error}"))
 }
 
 fn run(desktop: &desktop::Desktop, action: &Resolved) -> Result<(), DesktopError> {
@@ -529,14 +581,15 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Maps a desktop error to an answer: bad input is a 422 naming the field, an unreachable
-/// display a 503.
+/// display a 503. Key names, click counts and scroll lengths are checked by [`resolve`], which
+/// knows the field; should the desktop still refuse one, the answer names the body.
 pub fn desktop_error(error: DesktopError) -> ApiError {
     let message = error.to_string();
     match error {
         DesktopError::OutOfRange { axis, .. } => ApiError::invalid(axis, message),
-        DesktopError::KeyName(_) => ApiError::invalid("key", message),
-        DesktopError::ClickCount(_) => ApiError::invalid("num_clicks", message),
-        DesktopError::ScrollTooLong(_) => ApiError::invalid("dy", message),
+        DesktopError::KeyName(_) | DesktopError::ClickCount(_) | DesktopError::ScrollTooLong(_) => {
+            ApiError::invalid_at(vec!["body".into()], message)
+        }
         DesktopError::DragPathTooShort(_) => ApiError::invalid("path", message),
         DesktopError::Untypable(_)
         | DesktopError::NoSpareKeycode { .. }
@@ -548,5 +601,114 @@ pub fn desktop_error(error: DesktopError) -> ApiError {
             ApiError::unavailable(format!("the X display is not available: {message}"))
         }
         _ => ApiError::internal(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where a refused action's error points: (`loc`, message).
+    fn refusal(action: serde_json::Value) -> (Vec<String>, String) {
+        let action: DesktopAction = serde_json::from_value(action).expect("a well-formed action");
+        match resolve(&DesktopSession::new(":none"), action) {
+            Ok(_) => panic!("the action was accepted"),
+            Err(error) => {
+                assert_eq!(error.status, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+                (error.loc.unwrap_or_default(), error.message)
+            }
+        }
+    }
+
+    fn at(field: &str) -> Vec<String> {
+        vec!["body".to_string(), field.to_string()]
+    }
+
+    #[test]
+    fn refusals_name_the_field_that_was_wrong() {
+        use serde_json::json;
+        for (action, field, mention) in [
+            (
+                json!({"action_type": "HOTKEY", "keys": ["ctrl", "nosuchkey"]}),
+                "keys",
+                "nosuchkey",
+            ),
+            (json!({"action_type": "HOTKEY", "keys": []}), "keys", "keys"),
+            (
+                json!({"action_type": "PRESS", "key": "ctrl+nosuchkey"}),
+                "key",
+                "nosuchkey",
+            ),
+            (
+                json!({"action_type": "KEY_DOWN", "key": "ctrl++c"}),
+                "key",
+                "ctrl++c",
+            ),
+            (
+                json!({"action_type": "KEY_UP", "key": "nosuchkey"}),
+                "key",
+                "nosuchkey",
+            ),
+            (
+                json!({"action_type": "CLICK", "modifiers": ["shift", "nosuchkey"]}),
+                "modifiers",
+                "nosuchkey",
+            ),
+            (
+                json!({"action_type": "CLICK", "num_clicks": 4}),
+                "num_clicks",
+                "4",
+            ),
+            (
+                json!({"action_type": "SCROLL", "dx": 5000, "dy": 1}),
+                "dx",
+                "5000",
+            ),
+            (
+                json!({"action_type": "SCROLL", "dx": 1, "dy": -5000}),
+                "dy",
+                "-5000",
+            ),
+            (
+                json!({"action_type": "SCROLL", "dx": 5000, "dy": 5000}),
+                "dx",
+                "dx",
+            ),
+        ] {
+            let (loc, message) = refusal(action.clone());
+            assert_eq!(loc, at(field), "{action}: {message}");
+            assert!(message.contains(mention), "{action}: {message}");
+        }
+    }
+
+    #[test]
+    fn jpeg_quality_is_1_to_100_and_80_by_default() {
+        assert_eq!(jpeg_quality(None).ok(), Some(DEFAULT_JPEG_QUALITY));
+        assert_eq!(jpeg_quality(Some(1)).ok(), Some(1));
+        assert_eq!(jpeg_quality(Some(100)).ok(), Some(100));
+        for bad in [0, 101, 256, 257, -1, i64::MAX] {
+            let error = jpeg_quality(Some(bad)).expect_err("refused");
+            assert_eq!(error.loc, Some(vec!["query".into(), "quality".into()]));
+            assert!(
+                error.message.ends_with(&format!("got {bad}")),
+                "{}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
+    fn good_names_and_lengths_pass() {
+        use serde_json::json;
+        for action in [
+            json!({"action_type": "HOTKEY", "keys": ["ctrl", "shift", "t"]}),
+            json!({"action_type": "PRESS", "key": "ctrl+a BackSpace"}),
+            json!({"action_type": "KEY_DOWN", "key": "shift"}),
+            json!({"action_type": "CLICK", "modifiers": ["ctrl"], "num_clicks": 3}),
+            json!({"action_type": "SCROLL", "dx": -1000, "dy": 1000}),
+        ] {
+            let action: DesktopAction = serde_json::from_value(action).expect("well-formed");
+            assert!(resolve(&DesktopSession::new(":none"), action).is_ok());
+        }
     }
 }

@@ -19,14 +19,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 #[utoipa::path(get, path = "/v1/sandbox", tag = "sandbox",
     responses((status = 200, body = SandboxResponse)))]
 pub async fn context(State(state): State<AppState>) -> Json<SandboxResponse> {
-    let settings = state.settings.clone();
-    // Reading /proc and /etc is quick but blocking; keep it off the async workers.
-    let context = tokio::task::spawn_blocking(move || system_info::sandbox_context(&settings))
-        .await
-        .unwrap_or_else(|error| {
-            tracing::error!(%error, "gathering system details panicked");
-            system_info::minimal_context(&state.settings)
-        });
+    let context = system_info::gather(state.settings.clone()).await;
     Json(SandboxResponse {
         success: true,
         message: "Operation successful".into(),

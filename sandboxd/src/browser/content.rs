@@ -89,12 +89,12 @@ impl ImageFormat {
 }
 
 /// What to capture.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ScreenshotOptions {
     pub full_page: bool,
     pub format: ImageFormat,
-    /// JPEG quality, 0..=100.
-    pub quality: Option<u8>,
+    /// JPEG quality, 1 to 100; PNG ignores it.
+    pub quality: u8,
 }
 
 /// An encoded image.
@@ -183,8 +183,8 @@ async fn capture(page: &Page, options: ScreenshotOptions) -> Result<Screenshot, 
         ImageFormat::Png => CaptureScreenshotFormat::Png,
         ImageFormat::Jpeg => CaptureScreenshotFormat::Jpeg,
     });
-    if let (ImageFormat::Jpeg, Some(quality)) = (options.format, options.quality) {
-        params = params.quality(i64::from(quality));
+    if options.format == ImageFormat::Jpeg {
+        params = params.quality(i64::from(options.quality));
     }
     let viewport = &metrics.css_visual_viewport;
     let (width, height) = if options.full_page {

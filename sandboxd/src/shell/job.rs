@@ -204,6 +204,7 @@ impl Prewarmed {
         // SAFETY: the closure runs in the forked child before exec and only calls dup2(2) and
         // fcntl(2), which are async-signal-safe; `args_fd` stays open in the parent until the
         // spawn has returned.
+        #[allow(unsafe_code)]
         unsafe {
             command.pre_exec(move || {
                 if args_fd == 3 {
@@ -303,6 +304,7 @@ fn spawn_bash(
     // is async-signal-safe. The attribute survives exec and is not inherited by bash's
     // children: orphans of the command's double forks are re-parented to bash, not to PID 1,
     // so its process tree still holds them (see `procs`).
+    #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(|| nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from));
     }

@@ -36,7 +36,6 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use nix::unistd::{Gid, Uid};
 use supervisor::process::Identity;
-use tokio::time::Instant;
 
 use crate::activity::Activity;
 use crate::config::Settings;
@@ -686,7 +685,10 @@ fn new_session_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u128(Instant::now().elapsed().as_nanos());
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    hasher.write_u128(since_epoch.as_nanos());
     hasher.write_u32(std::process::id());
     format!("{:016x}", hasher.finish())
 }

@@ -357,6 +357,8 @@ mod tests {
     }
 
     #[test]
+    // A plain child whose environment is read; the test kills and waits for it itself.
+    #[allow(clippy::disallowed_methods)]
     fn markers_are_read_from_the_environment() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")

@@ -81,6 +81,7 @@ impl Terminal {
         nix::pty::unlockpt(&master)?;
         let slave_path = nix::pty::ptsname_r(&master)?;
         // SAFETY: `into_raw_fd` hands over sole ownership of the open descriptor.
+        #[allow(unsafe_code)]
         let master = unsafe { OwnedFd::from_raw_fd(master.into_raw_fd()) };
         let slave = std::fs::OpenOptions::new()
             .read(true)
@@ -116,6 +117,7 @@ impl Terminal {
         // SAFETY: runs in the forked child before exec and only makes async-signal-safe system
         // calls (setsid, ioctl) on its own descriptors; it touches no memory shared with the
         // parent.
+        #[allow(unsafe_code)]
         unsafe {
             command.pre_exec(|| {
                 nix::unistd::setsid().map_err(io::Error::from)?;
@@ -137,6 +139,7 @@ impl Terminal {
         )?;
         // SAFETY: `master` is an open descriptor that the AsyncFd owns from here on; OwnedFd's
         // `as_raw_fd` always returns that same descriptor and nothing else closes it.
+        #[allow(unsafe_code)]
         let master = unsafe { AsyncFd::register(master) }.map_err(io::Error::from)?;
         let terminal = Terminal {
             id: spec.id,
@@ -230,6 +233,7 @@ fn set_window_size(master: &OwnedFd, size: TerminalSize) -> io::Result<()> {
         ws_ypixel: 0,
     };
     // SAFETY: TIOCSWINSZ reads one `winsize` from the pointer, which is valid for the call.
+    #[allow(unsafe_code)]
     let result = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &winsize) };
     if result != 0 {
         return Err(io::Error::last_os_error());

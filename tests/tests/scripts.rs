@@ -1,0 +1,90 @@
+//! `scripts/test.sh` counts what it ran: its `nextest` and `pytests` functions, sourced into
+//! bash with a stand-in `cargo` or `pytest` that prints a summary and exits with a status.
+//! Needs bash, not Docker.
+
+use std::path::Path;
+use std::process::Output;
+
+/// Sources scripts/test.sh, defines `stand_in` (a shell function playing cargo or the venv's
+/// pytest), runs `call` and prints `passed failed | failure, failure...`.
+fn run_counting(stand_in: &str, call: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root");
+    let script = format!(
+        "source scripts/test.sh\n{stand_in}\n{call} >/dev/null 2>&1\n\
+         printf '%s %s |' \"$passed\" \"$failed\"\n\
+         printf ' %s,' \"${{failures[@]}}\"\n"
+    );
+    let output = bash(root, &script);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+// The test runs bash on the script and waits for it (the test process reaps only its own
+// children).
+#[allow(clippy::disallowed_methods)]
+fn bash(root: &Path, script: &str) -> Output {
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(root)
+        .output()
+        .expect("running bash")
+}
+
+fn fake_nextest(summary: &str, status: u8) -> String {
+    format!("cargo() {{ printf '%s\\n' '{summary}'; return {status}; }}")
+}
+
+#[test]
+fn each_nextest_failure_counts_once() {
+    let summary = |counts: &str| format!("     Summary [   2.0s] 6 tests run: {counts}, 0 skipped");
+    for (stand_in, expected) in [
+        (fake_nextest(&summary("6 passed"), 0), "6 0 | ,"),
+        (
+            fake_nextest(&summary("4 passed, 2 failed"), 100),
+            "4 2 | nextest,",
+        ),
+        (
+            fake_nextest(&summary("4 passed, 1 failed, 1 timed out"), 100),
+            "4 2 | nextest,",
+        ),
+        // No test failed, yet the run did: a build error counts as one failure, listed once.
+        (
+            fake_nextest("error: could not compile `sandboxd`", 101),
+            "0 1 | nextest (exit 101),",
+        ),
+    ] {
+        assert_eq!(run_counting(&stand_in, "nextest"), expected, "{stand_in}");
+    }
+}
+
+#[test]
+fn each_pytest_failure_counts_once() {
+    // `pytests` runs "$venv/bin/pytest": a venv whose pytest is a script printing the summary.
+    let venv = tempfile::tempdir().expect("a temporary directory");
+    let bin = venv.path().join("bin");
+    std::fs::create_dir(&bin).expect("bin");
+    for (summary, status, expected) in [
+        ("5 passed in 1.0s", 0, "5 0 | ,"),
+        ("3 passed, 1 failed, 1 error in 1.0s", 1, "3 2 | pytest,"),
+        ("ERROR: usage", 4, "0 1 | pytest (exit 4),"),
+    ] {
+        let pytest = bin.join("pytest");
+        std::fs::write(
+            &pytest,
+            format!("#!/bin/sh\necho '{summary}'\nexit {status}\n"),
+        )
+        .expect("write pytest");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pytest, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod pytest");
+        let stand_in = format!("venv='{}'", venv.path().display());
+        assert_eq!(run_counting(&stand_in, "pytests"), expected, "{summary}");
+    }
+}
