@@ -37,3 +37,76 @@ pub fn require_security(
         }
     }
 }
+
+/// Documents, on every operation, the answers the shared plumbing gives whatever the handler
+/// does, unless the route documents them itself: 401 where a credential is required, 400, 413
+/// and 422 where there is a JSON body ([`crate::body`]), 422 where there are query parameters.
+/// With this, every status code an operation can return is in the document. `error_schema`
+/// names the component of the server's error body (`ErrorBody`).
+pub fn document_plumbing_answers(document: &mut OpenApi, error_schema: &str) {
+    use utoipa::openapi::path::{Operation, ParameterIn};
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+
+    let answer = |description: &str| {
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name(error_schema)))
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    let add = |operation: &mut Operation, status: &str, description: &str| {
+        operation
+            .responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| answer(description));
+    };
+    for item in document.paths.paths.values_mut() {
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+            &mut item.head,
+            &mut item.options,
+            &mut item.trace,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                add(operation, "401", "Missing or invalid credential.");
+            }
+            if operation.request_body.is_some() {
+                add(operation, "400", "The body is not JSON.");
+                add(
+                    operation,
+                    "413",
+                    "The body is larger than this route accepts.",
+                );
+                add(
+                    operation,
+                    "422",
+                    "A field is missing or has a bad value (the error names it).",
+                );
+            }
+            let has_query = operation.parameters.iter().flatten().any(|parameter| {
+                matches!(parameter, RefOr::T(p) if p.parameter_in == ParameterIn::Query)
+            });
+            if has_query {
+                add(
+                    operation,
+                    "422",
+                    "A query parameter has a bad value (the error names it).",
+                );
+            }
+        }
+    }
+}

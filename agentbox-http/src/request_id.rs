@@ -50,7 +50,11 @@ impl RequestIds {
             })
             .map(str::to_owned)
             .unwrap_or_else(|| {
-                format!("{}-{}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed))
+                format!(
+                    "{}-{}",
+                    self.prefix,
+                    self.next.fetch_add(1, Ordering::Relaxed)
+                )
             })
     }
 }

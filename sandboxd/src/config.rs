@@ -219,12 +219,14 @@ impl Settings {
         };
         let log_format = match get("SANDBOXD_LOG_FORMAT").as_deref() {
             None => LogFormat::Json,
-            Some(name) => name.parse().map_err(|e: agentbox_http::logging::UnknownLogFormat| {
-                SettingsError {
-                    name: "SANDBOXD_LOG_FORMAT",
-                    message: e.to_string(),
-                }
-            })?,
+            Some(name) => name
+                .parse()
+                .map_err(
+                    |e: agentbox_http::logging::UnknownLogFormat| SettingsError {
+                        name: "SANDBOXD_LOG_FORMAT",
+                        message: e.to_string(),
+                    },
+                )?,
         };
         let home_dir = PathBuf::from(get("HOME").unwrap_or_else(|| "/home/agent".into()));
         let workspace = get("SANDBOX_WORKSPACE")

@@ -70,9 +70,7 @@ mod tests {
         let path = dir.path().join("doc.json");
         std::fs::write(&path, "a\nb\nc\n").unwrap();
         compare(&path, "a\nb\nc\n", false).unwrap();
-        let error = compare(&path, "a\nB\nc\n", false)
-            .unwrap_err()
-            .to_string();
+        let error = compare(&path, "a\nB\nc\n", false).unwrap_err().to_string();
         assert!(error.contains("@@ line 2\n-b\n+B"), "{error}");
         assert!(compare(&dir.path().join("missing.json"), "x", false).is_err());
         compare(&path, "new\n", true).unwrap();

@@ -365,7 +365,10 @@ async fn with_a_key_every_route_but_healthz_needs_it() {
             program["name"]
         );
     }
-    assert!(checked >= 4, "only {checked} running programs: {programs:?}");
+    assert!(
+        checked >= 4,
+        "only {checked} running programs: {programs:?}"
+    );
     let pid1 = sandbox.exec(&["cat", "/proc/1/environ"]);
     assert!(pid1.unwrap_err().to_string().contains("Permission denied"));
 }
@@ -518,7 +521,17 @@ async fn finding_5_every_port_needs_the_key_and_nothing_else_listens_outside_loo
     // No setuid or setgid program in the image (looked for as root, who can read every
     // directory).
     let privileged = docker(&[
-        "exec", "-u", "0", &sandbox.id, "find", "/", "-xdev", "-perm", "/6000", "-type", "f",
+        "exec",
+        "-u",
+        "0",
+        &sandbox.id,
+        "find",
+        "/",
+        "-xdev",
+        "-perm",
+        "/6000",
+        "-type",
+        "f",
     ])
     .unwrap();
     assert_eq!(

@@ -137,6 +137,25 @@ async fn delete(client: &reqwest::Client, server: &Server, id: &str) -> anyhow::
 }
 
 // The baseline's `docker run` is the timed start itself: tokio waits for that child.
+/// `docker run` flags equal to the orchestrator's default per-sandbox limits
+/// (`--memory-mib 2048 --cpus 1 --pids 1024 --shm-mib 512`, all capabilities dropped).
+const FLOOR_LIMITS: &[&str] = &[
+    "--memory",
+    "2048m",
+    "--memory-swap",
+    "2048m",
+    "--cpus",
+    "1",
+    "--pids-limit",
+    "1024",
+    "--shm-size",
+    "512m",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges",
+];
+
 #[allow(clippy::disallowed_methods)]
 async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Duration> {
     let name = format!("agentbox-bench-floor-{}", std::process::id());
@@ -155,8 +174,12 @@ async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Dur
             FLOOR_IP,
             "-e",
             "SANDBOX_API_KEY=floor-key",
-            image,
         ])
+        // The same limits and hardening the orchestrator gives each sandbox by default (its
+        // `serve` flags), so both arms boot with one CPU: the floor is "docker run per task"
+        // done as the README recommends, not an unlimited container.
+        .args(FLOOR_LIMITS)
+        .arg(image)
         .stdout(Stdio::null())
         .spawn()?;
     let url = format!("http://{FLOOR_IP}:8080/readyz");
@@ -350,7 +373,7 @@ async fn main() -> anyhow::Result<()> {
     println!();
     print_header();
     print_row("POST /v1/sandboxes -> 201 ready (cold)", &c);
-    print_row("docker run -> /readyz 200 (floor)", &f);
+    print_row("docker run --cpus 1 ... -> /readyz (floor)", &f);
     print_row("POST /v1/sandboxes (warm-pool claim)", &w);
     print_row(
         &format!("GET /v1/sandboxes, {clients} concurrent clients"),

@@ -26,7 +26,8 @@ pub fn base() -> OpenApi {
         .build()
 }
 
-/// Adds the bearer scheme and requires it on every operation but `/healthz`.
+/// Adds the bearer scheme and requires it on every operation but `/healthz`; documents the
+/// answers the shared plumbing gives (401, and 400/413/422 for bad input).
 pub fn finish(document: &mut OpenApi) {
     agentbox_http::openapi::require_security(
         document,
@@ -36,6 +37,7 @@ pub fn finish(document: &mut OpenApi) {
         )],
         &["/healthz"],
     );
+    agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
 }
 
 /// `GET /v1/openapi.json`.

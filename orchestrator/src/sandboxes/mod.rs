@@ -509,7 +509,9 @@ impl Sandboxes {
     async fn wait_ready(&self, container_id: &str, address: &str, key: &str) -> Result<(), String> {
         let deadline = Instant::now() + self.settings.ready_timeout;
         let mut last_check = Instant::now();
-        let mut interval = Duration::from_millis(20);
+        // sandboxd's /readyz is cheap (no process is probed per call), so polling often costs
+        // little and saves the caller the tail of a long interval.
+        let interval = Duration::from_millis(10);
         loop {
             if let Ok(true) = self.sandboxd.ready(address, key).await {
                 return Ok(());
@@ -531,7 +533,6 @@ impl Sandboxes {
                 ));
             }
             tokio::time::sleep(interval).await;
-            interval = (interval + Duration::from_millis(10)).min(Duration::from_millis(100));
         }
     }
 

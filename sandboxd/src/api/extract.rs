@@ -77,6 +77,10 @@ mod tests {
     fn malformed_json_is_a_400() {
         let err = parse_json::<Exec>(br#"{"command": "#).unwrap_err();
         assert_eq!(err.status, StatusCode::BAD_REQUEST);
-        assert!(err.message.starts_with("malformed JSON body"), "{}", err.message);
+        assert!(
+            err.message.starts_with("malformed JSON body"),
+            "{}",
+            err.message
+        );
     }
 }

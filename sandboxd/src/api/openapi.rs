@@ -24,7 +24,8 @@ pub fn base() -> OpenApi {
         .build()
 }
 
-/// Adds the security schemes and makes every operation but `/healthz` require one of them.
+/// Adds the security schemes and makes every operation but `/healthz` require one of them;
+/// documents the answers the shared plumbing gives (401, and 400/413/422 for bad input).
 pub fn finish(document: &mut OpenApi) {
     agentbox_http::openapi::require_security(
         document,
@@ -40,6 +41,7 @@ pub fn finish(document: &mut OpenApi) {
         ],
         &["/healthz"],
     );
+    agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
 }
 
 /// `GET /v1/openapi.json`. The document is generated per request instead of kept: it is asked
