@@ -29,6 +29,8 @@ use crate::browser::{
     ScreenshotOptions, Target, WaitUntil,
 };
 
+/// Shortest `timeout` any call accepts, in seconds.
+const MIN_TIMEOUT_SECS: f64 = 0.001;
 /// Longest `timeout` any call accepts, in seconds.
 const MAX_TIMEOUT_SECS: f64 = 300.0;
 /// `timeout` when none is given, in seconds.
@@ -126,14 +128,15 @@ impl From<types::ElementState> for ElementState {
     }
 }
 
-/// A `timeout`-like field in seconds.
+/// A `timeout`-like field in seconds: at least a millisecond (a smaller one could not be met),
+/// at most [`MAX_TIMEOUT_SECS`].
 fn seconds(field: &str, value: Option<f64>, default: f64) -> Result<Duration, ApiError> {
     let secs = value.unwrap_or(default);
-    if !secs.is_finite() || secs <= 0.0 || secs > MAX_TIMEOUT_SECS {
+    if !secs.is_finite() || !(MIN_TIMEOUT_SECS..=MAX_TIMEOUT_SECS).contains(&secs) {
         return Err(ApiError::invalid(
             field,
             format!(
-                "`{field}` is in seconds and must be greater than 0 and at most {MAX_TIMEOUT_SECS}, got {secs}"
+                "`{field}` is in seconds and must be from {MIN_TIMEOUT_SECS} to {MAX_TIMEOUT_SECS}, got {secs}"
             ),
         ));
     }
@@ -272,7 +275,8 @@ fn history_answer(result: Option<PageState>, which: &str) -> Json<Envelope<PageS
 
 /// Goes back one page (`success: false` when there is none) and waits for `load`.
 #[utoipa::path(post, path = "/v1/browser/page/back", tag = "browser-page",
-    responses((status = 200, body = Envelope<PageStateResult>)))]
+    responses((status = 200, description = "`data` is null when there is no previous page",
+        body = Envelope<Option<PageStateResult>>)))]
 pub async fn back(
     State(state): State<AppState>,
 ) -> Result<Json<Envelope<PageStateResult>>, ApiError> {
@@ -282,7 +286,8 @@ pub async fn back(
 
 /// Goes forward one page (`success: false` when there is none) and waits for `load`.
 #[utoipa::path(post, path = "/v1/browser/page/forward", tag = "browser-page",
-    responses((status = 200, body = Envelope<PageStateResult>)))]
+    responses((status = 200, description = "`data` is null when there is no next page",
+        body = Envelope<Option<PageStateResult>>)))]
 pub async fn forward(
     State(state): State<AppState>,
 ) -> Result<Json<Envelope<PageStateResult>>, ApiError> {
@@ -833,6 +838,7 @@ pub async fn new_tab(
     responses(
         (status = 200, body = Envelope<Vec<TabItem>>),
         (status = 404, description = "no tab at that index", body = ErrorBody),
+        (status = 422, description = "`index` is not a whole number from 0", body = ErrorBody),
     ))]
 pub async fn close_tab(
     State(state): State<AppState>,
@@ -848,6 +854,7 @@ pub async fn close_tab(
     responses(
         (status = 200, body = Envelope<TabItem>),
         (status = 404, description = "no tab at that index", body = ErrorBody),
+        (status = 422, description = "`index` is not a whole number from 0", body = ErrorBody),
     ))]
 pub async fn activate_tab(
     State(state): State<AppState>,
@@ -882,6 +889,8 @@ mod tests {
                 .contains("timeout")
         );
         assert!(seconds("timeout", Some(0.0), 30.0).is_err());
+        // Positive but too small to be met: refused, not a certain 504.
+        assert!(seconds("timeout", Some(3.9e-140), 30.0).is_err());
         assert_eq!(
             seconds("timeout", None, 30.0).unwrap(),
             Duration::from_secs(30)

@@ -42,6 +42,75 @@ pub fn finish(document: &mut OpenApi) {
         &["/healthz"],
     );
     agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
+    document_browser_unavailable(document);
+    envelope_data_is_nullable(document);
+}
+
+/// AIO's envelope answers `success: false` with `data: null` and a 2xx status when the
+/// operation itself failed (no previous page, an expression that threw): every envelope's `data`
+/// is documented as the type or null. (utoipa drops `Option`'s null inside a generic.)
+fn envelope_data_is_nullable(document: &mut OpenApi) {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+    let Some(components) = document.components.as_mut() else {
+        return;
+    };
+    for (name, schema) in components.schemas.iter_mut() {
+        if !name.starts_with("Envelope") {
+            continue;
+        }
+        let RefOr::T(Schema::Object(envelope)) = schema else {
+            continue;
+        };
+        let Some(data) = envelope.properties.get_mut("data") else {
+            continue;
+        };
+        if matches!(data, RefOr::T(Schema::OneOf(_))) {
+            continue; // Already a choice (`Envelope<Option<T>>`, whose null utoipa keeps).
+        }
+        let nullable = OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Null))
+            .item(data.clone())
+            .build();
+        *data = RefOr::T(Schema::OneOf(nullable));
+    }
+}
+
+/// Every browser route answers 503 while Chromium is not running (it crashed, or was stopped
+/// through `/v1/processes`) until the supervisor has it back.
+fn document_browser_unavailable(document: &mut OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    let answer = RefOr::T(
+        ResponseBuilder::new()
+            .description("The browser is not running; the supervisor restarts it, retry shortly.")
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build(),
+    );
+    for (path, item) in document.paths.paths.iter_mut() {
+        if !path.starts_with("/v1/browser/") {
+            continue;
+        }
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            operation
+                .responses
+                .responses
+                .entry("503".to_string())
+                .or_insert_with(|| answer.clone());
+        }
+    }
 }
 
 /// `GET /v1/openapi.json`. The document is generated per request instead of kept: it is asked

@@ -90,3 +90,11 @@ def sandbox(orchestrator):
 @pytest.fixture(scope="session")
 def admin_key():
     return ADMIN_KEY
+
+
+@pytest.fixture
+def own_orchestrator():
+    """An orchestrator for one test alone (for tests whose deletes must not reach others')."""
+    server = Orchestrator()
+    yield server
+    server.close()

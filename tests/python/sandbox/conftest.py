@@ -94,3 +94,11 @@ def client(sandbox):
     from agent_sandbox import Sandbox
 
     return Sandbox(base_url=sandbox.base_url, headers=sandbox.headers(), timeout=60)
+
+
+@pytest.fixture
+def own_sandbox():
+    """A sandbox container for one test alone (for tests that may break what they drive)."""
+    created = SandboxContainer()
+    yield created
+    created.close()
