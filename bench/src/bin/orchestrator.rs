@@ -136,7 +136,6 @@ async fn delete(client: &reqwest::Client, server: &Server, id: &str) -> anyhow::
     Ok(())
 }
 
-// The baseline's `docker run` is the timed start itself: tokio waits for that child.
 /// `docker run` flags equal to the orchestrator's default per-sandbox limits
 /// (`--memory-mib 2048 --cpus 1 --pids 1024 --shm-mib 512`, all capabilities dropped).
 const FLOOR_LIMITS: &[&str] = &[
@@ -156,6 +155,7 @@ const FLOOR_LIMITS: &[&str] = &[
     "no-new-privileges",
 ];
 
+// The baseline's `docker run` is the timed start itself: tokio waits for that child.
 #[allow(clippy::disallowed_methods)]
 async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Duration> {
     let name = format!("agentbox-bench-floor-{}", std::process::id());
