@@ -20,19 +20,7 @@ pub fn require_security(
         if public_paths.contains(&path.as_str()) {
             continue;
         }
-        for operation in [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.delete,
-            &mut item.patch,
-            &mut item.head,
-            &mut item.options,
-            &mut item.trace,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for operation in operations_mut(item) {
             operation.security = Some(requirements.clone());
         }
     }
@@ -44,43 +32,18 @@ pub fn require_security(
 /// With this, every status code an operation can return is in the document. `error_schema`
 /// names the component of the server's error body (`ErrorBody`).
 pub fn document_plumbing_answers(document: &mut OpenApi, error_schema: &str) {
+    use utoipa::openapi::RefOr;
     use utoipa::openapi::path::{Operation, ParameterIn};
-    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 
-    let answer = |description: &str| {
-        RefOr::T(
-            ResponseBuilder::new()
-                .description(description)
-                .content(
-                    "application/json",
-                    ContentBuilder::new()
-                        .schema(Some(Ref::from_schema_name(error_schema)))
-                        .build(),
-                )
-                .build(),
-        )
-    };
     let add = |operation: &mut Operation, status: &str, description: &str| {
         operation
             .responses
             .responses
             .entry(status.to_string())
-            .or_insert_with(|| answer(description));
+            .or_insert_with(|| error_answer(description, error_schema));
     };
     for item in document.paths.paths.values_mut() {
-        for operation in [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.delete,
-            &mut item.patch,
-            &mut item.head,
-            &mut item.options,
-            &mut item.trace,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for operation in operations_mut(item) {
             if operation.security.as_ref().is_some_and(|s| !s.is_empty()) {
                 add(operation, "401", "Missing or invalid credential.");
             }
@@ -109,4 +72,41 @@ pub fn document_plumbing_answers(document: &mut OpenApi, error_schema: &str) {
             }
         }
     }
+}
+
+/// Every operation of a path, whatever its method.
+pub fn operations_mut(
+    item: &mut utoipa::openapi::PathItem,
+) -> impl Iterator<Item = &mut utoipa::openapi::path::Operation> {
+    [
+        &mut item.get,
+        &mut item.post,
+        &mut item.put,
+        &mut item.delete,
+        &mut item.patch,
+        &mut item.head,
+        &mut item.options,
+        &mut item.trace,
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// A JSON error answer with the server's error body (`error_schema` names its component).
+pub fn error_answer(
+    description: &str,
+    error_schema: &str,
+) -> utoipa::openapi::RefOr<utoipa::openapi::Response> {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name(error_schema)))
+                    .build(),
+            )
+            .build(),
+    )
 }

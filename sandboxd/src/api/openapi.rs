@@ -79,31 +79,15 @@ fn envelope_data_is_nullable(document: &mut OpenApi) {
 /// Every browser route answers 503 while Chromium is not running (it crashed, or was stopped
 /// through `/v1/processes`) until the supervisor has it back.
 fn document_browser_unavailable(document: &mut OpenApi) {
-    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-    let answer = RefOr::T(
-        ResponseBuilder::new()
-            .description("The browser is not running; the supervisor restarts it, retry shortly.")
-            .content(
-                "application/json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ErrorBody")))
-                    .build(),
-            )
-            .build(),
+    let answer = agentbox_http::openapi::error_answer(
+        "The browser is not running; the supervisor restarts it, retry shortly.",
+        "ErrorBody",
     );
     for (path, item) in document.paths.paths.iter_mut() {
         if !path.starts_with("/v1/browser/") {
             continue;
         }
-        for operation in [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.delete,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for operation in agentbox_http::openapi::operations_mut(item) {
             operation
                 .responses
                 .responses
