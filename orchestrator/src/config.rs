@@ -25,6 +25,14 @@ pub struct ServeArgs {
     /// Directory for the SQLite database (unless DATABASE_URL is set).
     #[arg(long, env = "AGENTBOX_DATA_DIR", default_value = "./agentbox-data")]
     pub data_dir: PathBuf,
+    /// Where `script:<path>` model files must be (relative paths resolve against it). The
+    /// repository's `examples/` holds the demo.
+    #[arg(long, env = "AGENTBOX_SCRIPTS_DIR", default_value = "./examples")]
+    pub scripts_dir: PathBuf,
+    /// Seconds a run's lease lasts without renewal: after a crash, another process (or this
+    /// one restarted) resumes the run once it expires.
+    #[arg(long, env = "AGENTBOX_RUN_LEASE_SECS", default_value_t = 30)]
+    pub run_lease_secs: u64,
     /// `postgres://...` selects Postgres; default: SQLite in the data directory.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
@@ -131,6 +139,8 @@ pub struct ServeArgs {
 pub struct Settings {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    pub scripts_dir: PathBuf,
+    pub run_lease: Duration,
     pub database_url: String,
     pub public_url: Option<String>,
     pub image: String,
@@ -179,6 +189,9 @@ impl ServeArgs {
         }
         if self.pids < 64 {
             return Err(invalid("pids", "must be at least 64"));
+        }
+        if !(3..=3600).contains(&self.run_lease_secs) {
+            return Err(invalid("run-lease-secs", "must be between 3 and 3600"));
         }
         if self.heartbeat_secs == 0 {
             return Err(invalid("heartbeat-secs", "must be at least 1"));
@@ -249,6 +262,8 @@ impl ServeArgs {
         Ok(Settings {
             listen: self.listen,
             data_dir: self.data_dir,
+            scripts_dir: self.scripts_dir,
+            run_lease: Duration::from_secs(self.run_lease_secs),
             database_url,
             public_url,
             image: self.image,

@@ -5,7 +5,15 @@
 //! migrations (`orchestrator/migrations/`). Placeholders are `$n`, which both accept; timestamps
 //! are milliseconds since the epoch, flags 0/1, maps JSON text.
 //!
+//! Runs, their event log and artifacts are in [`runs`].
+//!
 //! **Invariant:** this module knows SQL and nothing of HTTP or Docker.
+
+mod runs;
+
+pub use runs::{
+    ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunState, StatusChange,
+};
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -12,6 +12,8 @@
 //! - [`backend`]: the container platform behind a trait; [`backend::docker`] with bollard;
 //! - [`sandboxes`]: the lifecycle (create, ready, claim, delete), reconciliation, the reaper,
 //!   heartbeats and the warm pool;
+//! - [`runs`]: computer-use runs (the `agent` crate's loop driving a sandbox): event log,
+//!   takeover, artifacts, leases;
 //! - [`proxy`]: HTTP and WebSocket relays and the RFB view-only filter;
 //! - [`api`]: the REST API (axum), the only part that knows HTTP status codes;
 //! - [`metrics`]: Prometheus metrics; [`cli`]: the command line (logging is `agentbox-http`'s);
@@ -27,6 +29,7 @@ pub mod db;
 pub mod keyring;
 pub mod metrics;
 pub mod proxy;
+pub mod runs;
 pub mod sandboxes;
 pub mod secret;
 pub mod sessions;
@@ -102,7 +105,10 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     tokio::spawn(sandboxes.clone().sweep_sessions_forever());
     tokio::spawn(sandboxes::pool::Pool::refill_forever(sandboxes.clone()));
 
-    let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone());
+    let runs = runs::Runs::from_settings(&sandboxes);
+    tokio::spawn(runs.clone().resume_forever());
+
+    let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone()).with_runs(runs);
     let app = api::router(state);
     tracing::info!(addr = %local, %public_url, %instance, image = %settings.image, pool_size = settings.pool_size, "listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

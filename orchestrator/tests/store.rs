@@ -10,7 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use orchestrator::auth::ApiKeys;
 use orchestrator::db::{
-    ApiKeyRecord, SandboxFilter, SandboxRecord, SandboxStatus, Store, TokenRecord, sqlite_url,
+    ApiKeyRecord, ArtifactRecord, RunFilter, RunInsert, RunRecord, RunState, SandboxFilter,
+    SandboxRecord, SandboxStatus, StatusChange, Store, TokenRecord, sqlite_url,
 };
 
 fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
@@ -278,7 +279,249 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         keys.bootstrap(Some("short")).await.is_err(),
         "weak admin keys are refused"
     );
+    exercise_runs(&store).await?;
     store.close().await;
+    Ok(())
+}
+
+fn run_record(id: &str, sandbox: Option<&str>, key: Option<&str>, lease: &str) -> RunRecord {
+    RunRecord {
+        id: id.into(),
+        owner_key_id: "key-1".into(),
+        task: "draw".into(),
+        model: "script:x.json".into(),
+        sandbox_id: sandbox.map(str::to_owned),
+        sandbox_taken: false,
+        status: RunState::Queued,
+        limits: "{}".into(),
+        metadata: BTreeMap::from([("team".into(), "red".into())]),
+        idempotency_key: key.map(str::to_owned),
+        request_hash: Some("h1".into()),
+        answer: None,
+        reason: None,
+        lease_owner: Some(lease.into()),
+        lease_expires_at: Some(10_000),
+        last_seq: 0,
+        created_at: 1_000,
+        updated_at: 1_000,
+        ended_at: None,
+    }
+}
+
+/// Runs: idempotency, one active run per sandbox, seq without gaps, status compare-and-set,
+/// nothing after the terminal status, leases.
+async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
+    let a = run_record("run-a", Some("sb-1"), Some("k1"), "inst/boot1");
+    assert_eq!(store.insert_run(&a).await?, RunInsert::Created);
+    // The same idempotency key finds the first run; nothing new is written.
+    let again = run_record("run-a2", Some("sb-9"), Some("k1"), "inst/boot1");
+    assert!(matches!(store.insert_run(&again).await?, RunInsert::SameKey(r) if r.id == "run-a"));
+    assert_eq!(store.run("run-a2").await?, None);
+    // One active run per sandbox.
+    let busy = run_record("run-b", Some("sb-1"), None, "inst/boot1");
+    assert_eq!(store.insert_run(&busy).await?, RunInsert::SandboxBusy);
+    assert_eq!(store.run("run-b").await?, None);
+
+    // Events: seq 1, 2, 3 with no gap; the status moves with its event.
+    let running = StatusChange {
+        status: RunState::Running,
+        answer: None,
+        reason: None,
+    };
+    assert_eq!(
+        store
+            .append_event("run-a", "inst/boot1", "run.status", "{}", 2_000, None)
+            .await?,
+        Some(1)
+    );
+    assert_eq!(
+        store
+            .append_event(
+                "run-a",
+                "inst/boot1",
+                "run.status",
+                "{}",
+                2_001,
+                Some(&running)
+            )
+            .await?,
+        Some(2)
+    );
+    assert_eq!(
+        store.run("run-a").await?.context("run-a")?.status,
+        RunState::Running
+    );
+    // Another lease holder cannot write.
+    assert_eq!(
+        store
+            .append_event("run-a", "inst/boot2", "agent.message", "{}", 2_002, None)
+            .await?,
+        None
+    );
+    // Concurrent appends by the holder never share or skip a seq.
+    let appends = (0..20).map(|i| {
+        let store = store.clone();
+        async move {
+            store
+                .append_event(
+                    "run-a",
+                    "inst/boot1",
+                    "agent.message",
+                    &format!("{{\"i\":{i}}}"),
+                    3_000,
+                    None,
+                )
+                .await
+        }
+    });
+    let mut seqs: Vec<i64> = futures_util::future::join_all(appends)
+        .await
+        .into_iter()
+        .map(|r| r.map(|s| s.unwrap_or(-1)))
+        .collect::<Result<_, _>>()?;
+    seqs.sort_unstable();
+    assert_eq!(seqs, (3..=22).collect::<Vec<i64>>());
+    let events = store.events_after("run-a", 0, 1000).await?;
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=22).collect::<Vec<_>>()
+    );
+    assert_eq!(store.events_after("run-a", 20, 1).await?.len(), 1);
+
+    // Leases: another process cannot take a live lease, can take an expired one; an earlier
+    // life of the same instance is taken over at once.
+    assert!(
+        !store
+            .acquire_run_lease("run-a", "other/boot", "other/", 5_000, 40_000)
+            .await?
+    );
+    assert!(
+        store
+            .acquire_run_lease("run-a", "inst/boot2", "inst/", 5_000, 40_000)
+            .await?
+    );
+    assert!(
+        !store.renew_run_lease("run-a", "inst/boot1", 50_000).await?,
+        "boot1 lost it"
+    );
+    assert!(store.renew_run_lease("run-a", "inst/boot2", 50_000).await?);
+    assert_eq!(
+        store
+            .orphaned_runs("inst/boot2", "inst/", 6_000)
+            .await?
+            .len(),
+        0
+    );
+    assert_eq!(
+        store
+            .orphaned_runs("inst/boot3", "inst/", 6_000)
+            .await?
+            .len(),
+        1,
+        "an earlier life's run is an orphan for the next life"
+    );
+    assert!(
+        store
+            .acquire_run_lease("run-a", "x/boot", "x/", 60_000, 90_000)
+            .await?,
+        "expired"
+    );
+    assert!(
+        store
+            .set_checkpoint("run-a", "x/boot", "{\"step\":1}")
+            .await?
+    );
+    assert!(!store.set_checkpoint("run-a", "inst/boot2", "{}").await?);
+    assert_eq!(
+        store.checkpoint("run-a").await?.as_deref(),
+        Some("{\"step\":1}")
+    );
+
+    // The terminal status: written once, then nothing more; the sandbox is free again.
+    let done = StatusChange {
+        status: RunState::Completed,
+        answer: Some("a triangle".into()),
+        reason: None,
+    };
+    assert_eq!(
+        store
+            .append_event("run-a", "x/boot", "run.status", "{}", 70_000, Some(&done))
+            .await?,
+        Some(23)
+    );
+    let ended = store.run("run-a").await?.context("run-a")?;
+    assert_eq!(
+        (ended.status, ended.ended_at, ended.last_seq),
+        (RunState::Completed, Some(70_000), 23)
+    );
+    assert_eq!(ended.answer.as_deref(), Some("a triangle"));
+    assert_eq!(
+        store
+            .append_event(
+                "run-a",
+                "x/boot",
+                "run.status",
+                "{}",
+                70_001,
+                Some(&running)
+            )
+            .await?,
+        None,
+        "terminal states never change"
+    );
+    assert!(
+        !store
+            .acquire_run_lease("run-a", "y/boot", "y/", 99_000_000, 99_000_001)
+            .await?
+    );
+    assert_eq!(store.insert_run(&busy).await?, RunInsert::Created);
+    assert!(
+        store
+            .set_run_sandbox("run-b", "inst/boot1", "sb-2", true)
+            .await?
+    );
+    let c = run_record("run-c", None, None, "inst/boot1");
+    assert_eq!(store.insert_run(&c).await?, RunInsert::Created);
+    assert!(
+        !store
+            .set_run_sandbox("run-c", "inst/boot1", "sb-2", true)
+            .await?,
+        "sb-2 is busy"
+    );
+
+    // Listing, newest first, by status.
+    let all = store.list_runs(&RunFilter::default()).await?;
+    assert_eq!(all.len(), 3);
+    let completed = store
+        .list_runs(&RunFilter {
+            owner_key_id: Some("key-1".into()),
+            status: Some(RunState::Completed),
+        })
+        .await?;
+    assert_eq!(
+        completed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["run-a"]
+    );
+
+    // Artifacts: replaced by name.
+    let mut artifact = ArtifactRecord {
+        run_id: "run-a".into(),
+        name: "outputs/x.png".into(),
+        kind: "output".into(),
+        size: 3,
+        content_type: "image/png".into(),
+        sha256: "00".into(),
+        created_at: 1,
+    };
+    store.upsert_artifact(&artifact).await?;
+    artifact.size = 4;
+    store.upsert_artifact(&artifact).await?;
+    assert_eq!(store.artifacts("run-a").await?, vec![artifact.clone()]);
+    assert_eq!(
+        store.artifact("run-a", "outputs/x.png").await?,
+        Some(artifact)
+    );
+    assert_eq!(store.artifact("run-a", "outputs/y.png").await?, None);
     Ok(())
 }
 

@@ -9,6 +9,7 @@ use super::types::{ErrorBody, ErrorDetail};
 use crate::auth::KeyError;
 use crate::backend::BackendError;
 use crate::db::StoreError;
+use crate::runs::RunError;
 use crate::sandboxes::SandboxError;
 
 #[derive(Debug)]
@@ -142,6 +143,34 @@ impl From<SandboxError> for ApiError {
             ),
             SandboxError::Task(message) => ApiError::internal(message),
             SandboxError::Store(error) => ApiError::internal(error),
+        }
+    }
+}
+
+impl From<RunError> for ApiError {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::Invalid { field, .. } => {
+                let loc = match field {
+                    "Idempotency-Key" => vec!["header".to_string(), field.to_string()],
+                    _ => std::iter::once("body")
+                        .chain(field.split('.'))
+                        .map(str::to_string)
+                        .collect(),
+                };
+                ApiError {
+                    loc: Some(loc),
+                    ..ApiError::invalid(error.to_string())
+                }
+            }
+            RunError::NotFound(_) => ApiError::not_found(error.to_string()),
+            RunError::Conflict(message) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            RunError::Timeout(_) => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "timeout", error.to_string())
+            }
+            RunError::Sandbox(error) => error.into(),
+            RunError::Store(error) => ApiError::internal(error),
+            RunError::Artifact(error) => ApiError::internal(error),
         }
     }
 }

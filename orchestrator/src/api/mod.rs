@@ -16,6 +16,7 @@ pub mod health;
 pub mod keys;
 pub mod openapi;
 pub mod proxy;
+pub mod runs;
 pub mod sandboxes;
 pub mod tokens;
 pub mod types;
@@ -35,6 +36,7 @@ use utoipa_axum::router::OpenApiRouter;
 use crate::auth::{ApiKeys, Caller};
 use crate::metrics::Metrics;
 use crate::proxy::http::HttpProxy;
+use crate::runs::Runs;
 use crate::sandboxes::Sandboxes;
 use error::ApiError;
 
@@ -45,6 +47,7 @@ pub const BODY_LIMIT: usize = 256 * 1024;
 #[derive(Clone)]
 pub struct AppState {
     pub sandboxes: Arc<Sandboxes>,
+    pub runs: Arc<Runs>,
     pub keys: Arc<ApiKeys>,
     pub metrics: Arc<Metrics>,
     pub proxy: HttpProxy,
@@ -62,8 +65,10 @@ impl AppState {
         metrics: Arc<Metrics>,
         public_url: String,
     ) -> Self {
+        let runs = crate::runs::Runs::from_settings(&sandboxes);
         Self {
             sandboxes,
+            runs,
             keys,
             metrics,
             proxy: HttpProxy::new(),
@@ -89,6 +94,7 @@ impl Caller {
 fn keyed_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(sandboxes::routes())
+        .merge(runs::routes())
         .merge(tokens::routes())
         .merge(keys::routes())
 }
@@ -140,6 +146,14 @@ pub fn router(state: AppState) -> Router {
         // the close announced, so the caller's next call on the connection works.
         .layer(UnreadBodyLayer::new())
         .with_state(state)
+}
+
+impl AppState {
+    /// Uses `runs` (the one `serve` also resumes orphaned runs with).
+    pub fn with_runs(mut self, runs: Arc<Runs>) -> Self {
+        self.runs = runs;
+        self
+    }
 }
 
 /// The bearer credential of a request, if any.

@@ -217,7 +217,7 @@ async fn api(
 
 /// Marks an answer as sandbox-originated content: never script on this origin, never sniffed,
 /// and for downloads never displayed inline.
-fn sandboxed(headers: &mut HeaderMap, is_download: bool) {
+pub(super) fn sandboxed(headers: &mut HeaderMap, is_download: bool) {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(SANDBOXED_CSP),

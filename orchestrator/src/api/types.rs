@@ -4,6 +4,10 @@
 //! Request types reject unknown fields (a misspelt `idle_timeout` should fail loudly, not be
 //! ignored) and accept `null` for optional ones. Times are RFC 3339 strings in UTC.
 
+mod runs;
+
+pub use runs::*;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};

@@ -1,10 +1,11 @@
-//! Liveness, readiness and the heartbeat: `/healthz`, `/readyz`, `/v1/activity`.
+//! Liveness, readiness, the heartbeat and the sandbox's context: `/healthz`, `/readyz`,
+//! `/v1/activity`, `/v1/sandbox`.
 
 use reqwest::{Method, StatusCode};
 
 use super::SandboxClient;
 use crate::error::ClientError;
-use crate::types::{ActivityReport, Health, Readiness};
+use crate::types::{ActivityReport, Health, Readiness, SandboxContext};
 
 impl SandboxClient {
     /// `GET /healthz`: sandboxd answers (no key needed).
@@ -53,5 +54,11 @@ impl SandboxClient {
             .send(OPERATION, self.request(Method::GET, "/v1/activity"))
             .await?;
         self.json(OPERATION, response).await
+    }
+
+    /// `GET /v1/sandbox`: the home directory, workspace, version and installed runtimes.
+    pub async fn sandbox_context(&self) -> Result<SandboxContext, ClientError> {
+        self.envelope("sandbox context", self.request(Method::GET, "/v1/sandbox"))
+            .await
     }
 }

@@ -1,0 +1,578 @@
+//! Runs in SQL: the run rows, their append-only event log and their artifacts.
+//!
+//! Every change of a run goes through a compare-and-set: an event is appended only by the
+//! lease holder of a run that has not ended, in one transaction that also takes the next
+//! `seq` (so seq has no gap) and, for a status event, moves the status. Once a run is in a
+//! terminal state nothing more is written to its log.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use sqlx::any::AnyRow;
+
+use super::{Result, Store, StoreError, from_json, get, query_error, to_json};
+
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunState {
+    /// Accepted; waiting for its sandbox or for a driver.
+    Queued,
+    Running,
+    /// A person holds control.
+    Paused,
+    /// The agent asked the person something.
+    WaitingForInput,
+    Completed,
+    Failed,
+    Canceled,
+}
+
+impl RunState {
+    pub const ALL: [RunState; 7] = [
+        Self::Queued,
+        Self::Running,
+        Self::Paused,
+        Self::WaitingForInput,
+        Self::Completed,
+        Self::Failed,
+        Self::Canceled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::WaitingForInput => "waiting_for_input",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+
+    /// Completed, failed or canceled: never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Canceled)
+    }
+}
+
+impl FromStr for RunState {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|state| state.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown status `{s}` (one of queued, running, paused, waiting_for_input, \
+                     completed, failed, canceled)"
+                )
+            })
+    }
+}
+
+/// One run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: String,
+    pub owner_key_id: String,
+    pub task: String,
+    pub model: String,
+    pub sandbox_id: Option<String>,
+    /// The run took its sandbox (and removes it at the end); `false` when the caller named it.
+    pub sandbox_taken: bool,
+    pub status: RunState,
+    /// `agent::Limits` as JSON.
+    pub limits: String,
+    pub metadata: BTreeMap<String, String>,
+    pub idempotency_key: Option<String>,
+    pub request_hash: Option<String>,
+    pub answer: Option<String>,
+    pub reason: Option<String>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<i64>,
+    pub last_seq: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub ended_at: Option<i64>,
+}
+
+/// One stored event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    pub seq: i64,
+    /// The event's `type`.
+    pub kind: String,
+    /// The event as JSON (with its `type`).
+    pub data: String,
+    pub at: i64,
+}
+
+/// One stored artifact (its bytes are in the artifact store).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactRecord {
+    pub run_id: String,
+    pub name: String,
+    /// `output` (a file the agent saved) or `screenshot`.
+    pub kind: String,
+    pub size: i64,
+    pub content_type: String,
+    pub sha256: String,
+    pub created_at: i64,
+}
+
+/// A status change that goes with an appended event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusChange {
+    pub status: RunState,
+    pub answer: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// What creating a run found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunInsert {
+    Created,
+    /// The caller's idempotency key is taken by this run.
+    SameKey(Box<RunRecord>),
+    /// The sandbox already has an active run.
+    SandboxBusy,
+}
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub owner_key_id: Option<String>,
+    pub status: Option<RunState>,
+}
+
+const RUN_COLUMNS: &str = "id, owner_key_id, task, model, sandbox_id, sandbox_taken, status, \
+    limits, metadata, idempotency_key, request_hash, answer, reason, lease_owner, \
+    lease_expires_at, last_seq, created_at, updated_at, ended_at";
+
+const TERMINAL: &str = "('completed', 'failed', 'canceled')";
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(|e| e.is_unique_violation())
+}
+
+impl Store {
+    /// Inserts a new run (status queued, holding `run.lease_owner`'s lease). A run with the
+    /// same owner and idempotency key, or an active run on the same sandbox, is reported
+    /// instead and nothing is written.
+    pub async fn insert_run(&self, run: &RunRecord) -> Result<RunInsert> {
+        if let Some(key) = &run.idempotency_key
+            && let Some(existing) = self.run_by_idempotency(&run.owner_key_id, key).await?
+        {
+            return Ok(RunInsert::SameKey(Box::new(existing)));
+        }
+        let sql = format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+             $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&run.id)
+            .bind(&run.owner_key_id)
+            .bind(&run.task)
+            .bind(&run.model)
+            .bind(&run.sandbox_id)
+            .bind(i64::from(run.sandbox_taken))
+            .bind(run.status.as_str())
+            .bind(&run.limits)
+            .bind(to_json(&run.metadata))
+            .bind(&run.idempotency_key)
+            .bind(&run.request_hash)
+            .bind(&run.answer)
+            .bind(&run.reason)
+            .bind(&run.lease_owner)
+            .bind(run.lease_expires_at)
+            .bind(run.last_seq)
+            .bind(run.created_at)
+            .bind(run.updated_at)
+            .bind(run.ended_at)
+            .execute(&self.pool)
+            .await;
+        match done {
+            Ok(_) => Ok(RunInsert::Created),
+            Err(error) if is_unique_violation(&error) => {
+                // Either a concurrent request with the same key won, or the sandbox is busy.
+                if let Some(key) = &run.idempotency_key
+                    && let Some(existing) = self.run_by_idempotency(&run.owner_key_id, key).await?
+                {
+                    return Ok(RunInsert::SameKey(Box::new(existing)));
+                }
+                Ok(RunInsert::SandboxBusy)
+            }
+            Err(source) => Err(StoreError::Query {
+                what: "insert run",
+                source,
+            }),
+        }
+    }
+
+    async fn run_by_idempotency(&self, owner: &str, key: &str) -> Result<Option<RunRecord>> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE owner_key_id = $1 AND idempotency_key = $2"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("run by idempotency key"))?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    pub async fn run(&self, id: &str) -> Result<Option<RunRecord>> {
+        let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("get run"))?;
+        row.as_ref().map(run_from_row).transpose()
+    }
+
+    /// Runs, newest first.
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
+        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
+        let mut n = 0;
+        if filter.owner_key_id.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND owner_key_id = ${n}"));
+        }
+        if filter.status.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND status = ${n}"));
+        }
+        sql.push_str(" ORDER BY created_at DESC, id DESC");
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        if let Some(owner) = &filter.owner_key_id {
+            query = query.bind(owner);
+        }
+        if let Some(status) = filter.status {
+            query = query.bind(status.as_str());
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("list runs"))?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// Records the sandbox a queued run took. Fails (`Ok(false)`) when the sandbox has another
+    /// active run or the run is no longer the lease holder's.
+    pub async fn set_run_sandbox(
+        &self,
+        id: &str,
+        lease_owner: &str,
+        sandbox_id: &str,
+        taken: bool,
+    ) -> Result<bool> {
+        let sql = format!(
+            "UPDATE runs SET sandbox_id = $1, sandbox_taken = $2 WHERE id = $3 AND \
+             lease_owner = $4 AND status NOT IN {TERMINAL}"
+        );
+        match sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(sandbox_id)
+            .bind(i64::from(taken))
+            .bind(id)
+            .bind(lease_owner)
+            .execute(&self.pool)
+            .await
+        {
+            Ok(done) => Ok(done.rows_affected() == 1),
+            Err(error) if is_unique_violation(&error) => Ok(false),
+            Err(source) => Err(StoreError::Query {
+                what: "set run sandbox",
+                source,
+            }),
+        }
+    }
+
+    /// Appends one event as the lease holder: takes the next seq and applies `change`, in one
+    /// transaction. `Ok(None)` when the run has ended or `lease_owner` no longer holds it (the
+    /// event is not written).
+    pub async fn append_event(
+        &self,
+        run_id: &str,
+        lease_owner: &str,
+        kind: &str,
+        data: &str,
+        at: i64,
+        change: Option<&StatusChange>,
+    ) -> Result<Option<i64>> {
+        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        let sql = format!(
+            "UPDATE runs SET last_seq = last_seq + 1, updated_at = $1 WHERE id = $2 AND \
+             lease_owner = $3 AND status NOT IN {TERMINAL} RETURNING last_seq"
+        );
+        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(at)
+            .bind(run_id)
+            .bind(lease_owner)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error("take the next seq"))?
+        else {
+            return Ok(None);
+        };
+        let seq: i64 = get(&row, "last_seq")?;
+        sqlx::query(
+            "INSERT INTO run_events (run_id, seq, kind, data, at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(run_id)
+        .bind(seq)
+        .bind(kind)
+        .bind(data)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("append event"))?;
+        if let Some(change) = change {
+            let ended_at = change.status.is_terminal().then_some(at);
+            sqlx::query(
+                "UPDATE runs SET status = $1, answer = COALESCE($2, answer), \
+                 reason = COALESCE($3, reason), ended_at = $4 WHERE id = $5",
+            )
+            .bind(change.status.as_str())
+            .bind(&change.answer)
+            .bind(&change.reason)
+            .bind(ended_at)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("change run status"))?;
+        }
+        tx.commit().await.map_err(query_error("commit event"))?;
+        Ok(Some(seq))
+    }
+
+    /// Events with `seq > after`, oldest first, at most `limit`.
+    pub async fn events_after(
+        &self,
+        run_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRecord>> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, data, at FROM run_events WHERE run_id = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3",
+        )
+        .bind(run_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("events after"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(EventRecord {
+                    seq: get(row, "seq")?,
+                    kind: get(row, "kind")?,
+                    data: get(row, "data")?,
+                    at: get(row, "at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Stores the loop's checkpoint (lease holder only).
+    pub async fn set_checkpoint(
+        &self,
+        run_id: &str,
+        lease_owner: &str,
+        json: &str,
+    ) -> Result<bool> {
+        let sql = format!(
+            "UPDATE runs SET checkpoint = $1 WHERE id = $2 AND lease_owner = $3 AND status NOT IN {TERMINAL}"
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(json)
+            .bind(run_id)
+            .bind(lease_owner)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("set checkpoint"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn checkpoint(&self, run_id: &str) -> Result<Option<String>> {
+        let row = sqlx::query("SELECT checkpoint FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("get checkpoint"))?;
+        match row {
+            Some(row) => get(&row, "checkpoint"),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes the lease of an unfinished run when it is free, expired, already ours, or held by
+    /// an earlier life of this instance (`owner` is `<instance>/<boot>`; `instance_prefix` is
+    /// `<instance>/`). `Ok(false)` when another driver holds it.
+    pub async fn acquire_run_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        instance_prefix: &str,
+        now: i64,
+        until: i64,
+    ) -> Result<bool> {
+        let sql = format!(
+            "UPDATE runs SET lease_owner = $1, lease_expires_at = $2 WHERE id = $3 AND \
+             status NOT IN {TERMINAL} AND (lease_owner IS NULL OR lease_owner = $1 OR \
+             lease_expires_at < $4 OR substr(lease_owner, 1, CAST($5 AS INTEGER)) = $6)"
+        );
+        let prefix_len = i64::try_from(instance_prefix.len()).unwrap_or(i64::MAX);
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(owner)
+            .bind(until)
+            .bind(run_id)
+            .bind(now)
+            .bind(prefix_len)
+            .bind(instance_prefix)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("acquire run lease"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Extends a lease `owner` holds; `Ok(false)` when it lost it (or the run ended).
+    pub async fn renew_run_lease(&self, run_id: &str, owner: &str, until: i64) -> Result<bool> {
+        let sql = format!(
+            "UPDATE runs SET lease_expires_at = $1 WHERE id = $2 AND lease_owner = $3 AND \
+             status NOT IN {TERMINAL}"
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(until)
+            .bind(run_id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("renew run lease"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Unfinished runs nobody drives: lease expired, or held by an earlier life of this
+    /// instance (other than `owner`).
+    pub async fn orphaned_runs(
+        &self,
+        owner: &str,
+        instance_prefix: &str,
+        now: i64,
+    ) -> Result<Vec<RunRecord>> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE status NOT IN {TERMINAL} AND \
+             (lease_owner IS NULL OR lease_expires_at < $1 OR \
+             (substr(lease_owner, 1, CAST($2 AS INTEGER)) = $3 AND lease_owner <> $4)) ORDER BY created_at"
+        );
+        let prefix_len = i64::try_from(instance_prefix.len()).unwrap_or(i64::MAX);
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(now)
+            .bind(prefix_len)
+            .bind(instance_prefix)
+            .bind(owner)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("orphaned runs"))?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// Records an artifact; replaces the row of the same name (a file saved again).
+    pub async fn upsert_artifact(&self, artifact: &ArtifactRecord) -> Result<()> {
+        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        sqlx::query("DELETE FROM run_artifacts WHERE run_id = $1 AND name = $2")
+            .bind(&artifact.run_id)
+            .bind(&artifact.name)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("replace artifact"))?;
+        sqlx::query(
+            "INSERT INTO run_artifacts (run_id, name, kind, size, content_type, sha256, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&artifact.run_id)
+        .bind(&artifact.name)
+        .bind(&artifact.kind)
+        .bind(artifact.size)
+        .bind(&artifact.content_type)
+        .bind(&artifact.sha256)
+        .bind(artifact.created_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("insert artifact"))?;
+        tx.commit().await.map_err(query_error("commit artifact"))?;
+        Ok(())
+    }
+
+    /// A run's artifacts, by name.
+    pub async fn artifacts(&self, run_id: &str) -> Result<Vec<ArtifactRecord>> {
+        let rows = sqlx::query(
+            "SELECT run_id, name, kind, size, content_type, sha256, created_at FROM \
+             run_artifacts WHERE run_id = $1 ORDER BY name",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("list artifacts"))?;
+        rows.iter().map(artifact_from_row).collect()
+    }
+
+    pub async fn artifact(&self, run_id: &str, name: &str) -> Result<Option<ArtifactRecord>> {
+        let row = sqlx::query(
+            "SELECT run_id, name, kind, size, content_type, sha256, created_at FROM \
+             run_artifacts WHERE run_id = $1 AND name = $2",
+        )
+        .bind(run_id)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("get artifact"))?;
+        row.as_ref().map(artifact_from_row).transpose()
+    }
+}
+
+fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
+    let status: String = get(row, "status")?;
+    let metadata: String = get(row, "metadata")?;
+    Ok(RunRecord {
+        id: get(row, "id")?,
+        owner_key_id: get(row, "owner_key_id")?,
+        task: get(row, "task")?,
+        model: get(row, "model")?,
+        sandbox_id: get(row, "sandbox_id")?,
+        sandbox_taken: get::<i64>(row, "sandbox_taken")? != 0,
+        status: status.parse().map_err(|message| StoreError::Corrupt {
+            what: "runs.status",
+            message,
+        })?,
+        limits: get(row, "limits")?,
+        metadata: from_json("runs.metadata", &metadata)?,
+        idempotency_key: get(row, "idempotency_key")?,
+        request_hash: get(row, "request_hash")?,
+        answer: get(row, "answer")?,
+        reason: get(row, "reason")?,
+        lease_owner: get(row, "lease_owner")?,
+        lease_expires_at: get(row, "lease_expires_at")?,
+        last_seq: get(row, "last_seq")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+        ended_at: get(row, "ended_at")?,
+    })
+}
+
+fn artifact_from_row(row: &AnyRow) -> Result<ArtifactRecord> {
+    Ok(ArtifactRecord {
+        run_id: get(row, "run_id")?,
+        name: get(row, "name")?,
+        kind: get(row, "kind")?,
+        size: get(row, "size")?,
+        content_type: get(row, "content_type")?,
+        sha256: get(row, "sha256")?,
+        created_at: get(row, "created_at")?,
+    })
+}

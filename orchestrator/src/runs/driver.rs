@@ -1,0 +1,280 @@
+//! Drives one run in its own task: writes `queued`, takes a sandbox (warm pool first) unless
+//! the caller named one, builds the model and the computer, closes the control viewers' input,
+//! runs the loop (or resumes it from its checkpoint after a restart) and, all along, renews
+//! the run's lease; when the lease is lost the loop is dropped at once, so a second process
+//! never drives the same run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent::{
+    Checkpoint, Computer, Event, EventSink, Limits, ModelSpec, RunConfig, RunStatus, Runner,
+    SandboxdComputer, Secret,
+};
+use sandbox_client::{ClientConfig, SandboxClient};
+
+use super::sink::{RunSink, SandboxLink};
+use super::{ActiveRun, Runs};
+use crate::backend::SANDBOXD_PORT;
+use crate::db::{RunRecord, SandboxRecord};
+use crate::sandboxes::CreateSpec;
+use crate::secret::now_ms;
+
+/// Starts driving `run` in its own task. `resume` is `Some(checkpoint)` for a run picked up
+/// after a restart (its checkpoint, if it had one).
+pub(crate) fn spawn(
+    runs: Arc<Runs>,
+    run: RunRecord,
+    active: Arc<ActiveRun>,
+    resume: Option<Option<String>>,
+) {
+    let span = tracing::info_span!("run", run_id = %run.id, sandbox_id = tracing::field::Empty);
+    tokio::spawn(tracing::Instrument::instrument(
+        async move {
+            let id = run.id.clone();
+            let lease = tokio::spawn(renew_lease(runs.clone(), id.clone()));
+            tokio::select! {
+                () = drive(runs.clone(), run, active.clone(), resume) => {}
+                () = lease_lost(&lease) => {
+                    tracing::warn!("lost the run's lease; another process may drive it now");
+                }
+            }
+            lease.abort();
+            active.finished.send_replace(true);
+            runs.unregister(&id);
+        },
+        span,
+    ));
+}
+
+/// Renews the lease every third of its lifetime; returns when it is lost.
+async fn renew_lease(runs: Arc<Runs>, id: String) {
+    let every = runs.settings.lease_ttl / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        let until = now_ms() + runs.lease_ms();
+        match runs
+            .store
+            .renew_run_lease(&id, &runs.lease_owner, until)
+            .await
+        {
+            Ok(true) => {}
+            // Ended (the driver stops by itself) or taken over by another process.
+            Ok(false) => return,
+            // The database is unreachable: keep trying until the lease would have expired.
+            Err(error) => tracing::warn!(%error, "renewing the run's lease failed"),
+        }
+    }
+}
+
+async fn lease_lost(lease: &tokio::task::JoinHandle<()>) {
+    while !lease.is_finished() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Emits a fatal error and the failed status.
+async fn fail(sink: &RunSink, kind: &str, message: String) {
+    let error = Event::Error {
+        step: None,
+        kind: kind.to_string(),
+        message: message.clone(),
+        fatal: true,
+    };
+    let status = Event::RunStatus {
+        status: RunStatus::Failed,
+        reason: Some(message),
+        answer: None,
+    };
+    for event in [error, status] {
+        if let Err(error) = sink.emit(event).await {
+            tracing::warn!(%error, "could not record the run's failure");
+            return;
+        }
+    }
+}
+
+async fn canceled(sink: &RunSink) {
+    let status = Event::RunStatus {
+        status: RunStatus::Canceled,
+        reason: None,
+        answer: None,
+    };
+    if let Err(error) = sink.emit(status).await {
+        tracing::warn!(%error, "could not record the cancel");
+    }
+}
+
+/// True when a cancel arrived before the loop started; otherwise marks it started.
+fn start_or_canceled(active: &ActiveRun) -> bool {
+    match active.start.lock() {
+        Ok(mut gate) => {
+            if gate.canceled {
+                return true;
+            }
+            gate.started = true;
+            false
+        }
+        // A poisoned gate: treat as canceled rather than drive blind.
+        Err(_) => true,
+    }
+}
+
+async fn drive(
+    runs: Arc<Runs>,
+    run: RunRecord,
+    active: Arc<ActiveRun>,
+    resume: Option<Option<String>>,
+) {
+    let bare = RunSink::new(runs.clone(), run.id.clone(), active.clone(), None);
+    if resume.is_none()
+        && let Err(error) = bare
+            .append(
+                "run.status",
+                serde_json::json!({"type": "run.status", "status": "queued"}).to_string(),
+                None,
+            )
+            .await
+    {
+        tracing::warn!(%error, "could not record the queued run");
+        return;
+    }
+
+    // The sandbox: named, recorded before a restart, or taken now.
+    let sandbox = match &run.sandbox_id {
+        Some(id) => match runs.sandboxes.get_ready(id, None).await {
+            Ok(record) => record,
+            Err(error) => {
+                return fail(&bare, "sandbox_error", format!("sandbox {id}: {error}")).await;
+            }
+        },
+        None => {
+            let create = runs
+                .sandboxes
+                .create(&run.owner_key_id, CreateSpec::default());
+            let record = tokio::select! {
+                created = create => match created {
+                    Ok((record, _)) => record,
+                    Err(error) => {
+                        return fail(&bare, "sandbox_error", format!("no sandbox for the run: {error}")).await;
+                    }
+                },
+                () = active.cancel_requested.notified() => return canceled(&bare).await,
+            };
+            match runs
+                .store
+                .set_run_sandbox(&run.id, &runs.lease_owner, &record.id, true)
+                .await
+            {
+                Ok(true) => record,
+                Ok(false) => {
+                    tracing::warn!(sandbox_id = %record.id, "the run ended or moved while its sandbox started");
+                    return;
+                }
+                Err(error) => {
+                    return fail(&bare, "internal", format!("recording the sandbox: {error}"))
+                        .await;
+                }
+            }
+        }
+    };
+    tracing::Span::current().record("sandbox_id", sandbox.id.as_str());
+
+    let (computer, link) = match connect(&runs, &sandbox).await {
+        Ok(parts) => parts,
+        Err(message) => return fail(&bare, "sandbox_error", message).await,
+    };
+    let sink = Arc::new(RunSink::new(
+        runs.clone(),
+        run.id.clone(),
+        active.clone(),
+        Some(link),
+    ));
+    let model = match ModelSpec::parse(&run.model)
+        .map_err(|e| e.to_string())
+        .and_then(|spec| agent::build_model(&spec, &runs.models).map_err(|e| e.to_string()))
+    {
+        Ok(model) => model,
+        Err(message) => return fail(&sink, "model_error", message).await,
+    };
+    let limits: Limits = match serde_json::from_str(&run.limits) {
+        Ok(limits) => limits,
+        Err(error) => return fail(&sink, "internal", format!("stored limits: {error}")).await,
+    };
+    let checkpoint = match resume
+        .flatten()
+        .map(|json| serde_json::from_str::<Checkpoint>(&json))
+    {
+        None => None,
+        Some(Ok(checkpoint)) => Some(checkpoint),
+        Some(Err(error)) => {
+            return fail(&sink, "internal", format!("stored checkpoint: {error}")).await;
+        }
+    };
+    let mut config = RunConfig::new(run.task.clone());
+    config.limits = limits;
+
+    if start_or_canceled(&active) {
+        return canceled(&sink).await;
+    }
+    // The agent drives: control viewers' input is dropped until a person takes over.
+    runs.sandboxes.set_control_input(&sandbox.id, false);
+    let copier = {
+        let sink = sink.clone();
+        let active = active.clone();
+        tokio::spawn(async move {
+            loop {
+                active.copy_outputs.notified().await;
+                sink.copy_outputs().await;
+            }
+        })
+    };
+    let runner =
+        Runner::new(computer, model, sink.clone(), config).with_control(active.control.clone());
+    let result = match checkpoint {
+        Some(checkpoint) => runner.resume(checkpoint).await,
+        None => runner.run().await,
+    };
+    copier.abort();
+    match result {
+        Ok(outcome) => {
+            tracing::info!(status = ?outcome.status, steps = outcome.steps, "run ended");
+        }
+        Err(agent::RunError::Sink(error)) => {
+            tracing::warn!(%error, "the run stopped: its events cannot be written");
+        }
+        Err(error) => fail(&sink, "internal", error.to_string()).await,
+    }
+    // Whatever happened, the person gets the desktop back.
+    runs.sandboxes.set_control_input(&sandbox.id, true);
+}
+
+/// The computer the loop drives and the sink's link, for a ready sandbox.
+async fn connect(
+    runs: &Runs,
+    sandbox: &SandboxRecord,
+) -> Result<(Arc<dyn Computer>, SandboxLink), String> {
+    let address = sandbox
+        .address
+        .as_deref()
+        .ok_or_else(|| format!("sandbox {} has no address", sandbox.id))?;
+    let base = format!("http://{address}:{SANDBOXD_PORT}");
+    let key = runs.sandboxes.sandbox_key(sandbox);
+    let computer = SandboxdComputer::new(base.clone(), Some(Secret::new(key.clone())))
+        .map_err(|e| format!("sandbox {}: {e}", sandbox.id))?;
+    let client = SandboxClient::with_config(&base, Some(&key), &ClientConfig::default())
+        .map_err(|e| format!("sandbox {}: {e}", sandbox.id))?;
+    let home = client
+        .sandbox_context()
+        .await
+        .map_err(|e| format!("sandbox {}: reading its context: {e}", sandbox.id))?
+        .home_dir;
+    Ok((
+        Arc::new(computer),
+        SandboxLink {
+            sandbox_id: sandbox.id.clone(),
+            client,
+            home,
+        },
+    ))
+}

@@ -1,0 +1,678 @@
+//! Computer-use runs: a task in words, carried out in one sandbox by the `agent` crate's loop,
+//! with its events stored and served, a person able to take over and hand back, and the files
+//! it produced kept.
+//!
+//! - [`Runs`] is the service the API calls: create (idempotent), list, get, cancel, takeover,
+//!   hand-back, answer, events, artifacts. It knows nothing of HTTP.
+//! - [`driver`] drives one run: takes a sandbox (warm pool first), builds the model and the
+//!   computer, runs or resumes the loop, holds the run's lease in the database.
+//! - [`sink`] is the loop's [`agent::EventSink`]: each event is appended to the log (seq
+//!   without gaps, status moved in the same transaction) and then published to subscribers;
+//!   screenshots and `~/outputs` files go to the artifact store.
+//! - [`artifacts`]: the artifact store (a folder under the data directory).
+//!
+//! **Invariants:** only the lease holder writes a run's events, and never after its terminal
+//! status; a run's status only changes through an event; the sandbox's control viewers get
+//! input only while a person holds control (or no run drives it).
+
+pub mod artifacts;
+pub mod driver;
+pub mod sink;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent::{Control, ControlError, Limits, ModelOptions, ModelSpec, Phase, SetupError};
+use sha2::{Digest, Sha256};
+use tokio::sync::{Notify, broadcast, mpsc, watch};
+
+use crate::db::Store;
+use crate::db::{
+    ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunState, StoreError,
+};
+use crate::sandboxes::{SandboxError, Sandboxes};
+use crate::secret::{new_id, now_ms};
+use artifacts::{ArtifactError, ArtifactStore};
+
+/// Longest task text, in bytes.
+pub const MAX_TASK_BYTES: usize = 64 * 1024;
+/// Most metadata pairs, and their sizes.
+const MAX_METADATA_PAIRS: usize = 32;
+const MAX_METADATA_CHARS: usize = 256;
+/// Longest idempotency key.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+/// Upper bounds of the limits a caller may ask for.
+const MAX_STEPS: u32 = 1000;
+const MAX_SECONDS: u64 = 24 * 3600;
+const MAX_IMAGES: usize = 50;
+/// Events buffered per live run for subscribers that fall behind (they re-read the log).
+const LIVE_BUFFER: usize = 1024;
+/// Events read from the log at a time when following.
+const FOLLOW_PAGE: i64 = 500;
+/// How often a follower polls the log of a run driven by another process.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// Why a run request cannot be honoured. Each names the field or the state.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("invalid `{field}`: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    #[error("no run {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Artifact(#[from] ArtifactError),
+    #[error("the run did not answer in time: {0}")]
+    Timeout(String),
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> RunError {
+    RunError::Invalid {
+        field,
+        message: message.into(),
+    }
+}
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub task: String,
+    pub model: String,
+    pub sandbox_id: Option<String>,
+    pub max_steps: Option<u32>,
+    pub max_seconds: Option<u64>,
+    pub max_images: Option<usize>,
+    pub metadata: BTreeMap<String, String>,
+    pub idempotency_key: Option<String>,
+}
+
+impl RunRequest {
+    /// A stable hash of everything but the idempotency key.
+    fn hash(&self) -> String {
+        let canonical = serde_json::json!({
+            "task": self.task,
+            "model": self.model,
+            "sandbox_id": self.sandbox_id,
+            "max_steps": self.max_steps,
+            "max_seconds": self.max_seconds,
+            "max_images": self.max_images,
+            "metadata": self.metadata,
+        });
+        hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+    }
+}
+
+/// How a create ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    New,
+    /// The same idempotency key and body: the run made the first time.
+    Replayed,
+}
+
+/// Settings of the runs service.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// How long a lease lasts without renewal.
+    pub lease_ttl: Duration,
+    /// Where `script:` files must be (`None`: anywhere the orchestrator can read).
+    pub script_root: Option<std::path::PathBuf>,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        Self {
+            lease_ttl: Duration::from_secs(30),
+            script_root: None,
+        }
+    }
+}
+
+/// A run this process drives.
+pub(crate) struct ActiveRun {
+    pub(crate) control: Control,
+    /// Appended events, for live subscribers.
+    pub(crate) events: broadcast::Sender<EventRecord>,
+    /// Set before the loop starts (it then answers cancel itself).
+    pub(crate) start: Mutex<StartGate>,
+    pub(crate) cancel_requested: Notify,
+    /// Wakes the copier of `~/outputs` (after each action).
+    pub(crate) copy_outputs: Notify,
+    /// True once the driver is done with the run.
+    pub(crate) finished: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct StartGate {
+    pub(crate) started: bool,
+    pub(crate) canceled: bool,
+}
+
+/// The runs service. Cheap to share (`Arc`).
+pub struct Runs {
+    pub(crate) store: Store,
+    pub(crate) sandboxes: Arc<Sandboxes>,
+    pub(crate) artifacts: Arc<dyn ArtifactStore>,
+    pub(crate) models: ModelOptions,
+    pub(crate) settings: RunSettings,
+    /// `<instance>/<boot id>`: this process, as a lease holder.
+    pub(crate) lease_owner: String,
+    /// `<instance>/`: every life of this instance.
+    pub(crate) instance_prefix: String,
+    pub(crate) active: Mutex<HashMap<String, Arc<ActiveRun>>>,
+}
+
+impl Runs {
+    pub fn new(
+        store: Store,
+        sandboxes: Arc<Sandboxes>,
+        artifacts: Arc<dyn ArtifactStore>,
+        mut models: ModelOptions,
+        settings: RunSettings,
+    ) -> Arc<Self> {
+        models.script_root = settings.script_root.clone();
+        let instance = sandboxes.instance().to_string();
+        Arc::new(Self {
+            store,
+            sandboxes,
+            artifacts,
+            models,
+            settings,
+            lease_owner: format!("{instance}/{}", new_id("boot")),
+            instance_prefix: format!("{instance}/"),
+            active: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The service as the server's settings describe it: artifacts under
+    /// `<data dir>/artifacts`, scripts confined to `--scripts-dir`, keys from the environment.
+    pub fn from_settings(sandboxes: &Arc<Sandboxes>) -> Arc<Self> {
+        let settings = sandboxes.settings();
+        Self::new(
+            sandboxes.store().clone(),
+            sandboxes.clone(),
+            Arc::new(artifacts::FsArtifacts::new(
+                settings.data_dir.join("artifacts"),
+            )),
+            ModelOptions::from_env(),
+            RunSettings {
+                lease_ttl: settings.run_lease,
+                script_root: Some(settings.scripts_dir.clone()),
+            },
+        )
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn active(&self, id: &str) -> Option<Arc<ActiveRun>> {
+        self.active.lock().ok()?.get(id).cloned()
+    }
+
+    /// Subscribes to the live events of a run this process drives (`None` otherwise).
+    pub fn subscribe(&self, id: &str) -> Option<broadcast::Receiver<EventRecord>> {
+        self.active(id).map(|run| run.events.subscribe())
+    }
+
+    /// Checks a request and creates the run (or finds the one its idempotency key made), then
+    /// starts driving it.
+    pub async fn create(
+        self: &Arc<Self>,
+        owner_key_id: &str,
+        request: RunRequest,
+    ) -> Result<(RunRecord, Created), RunError> {
+        let task = request.task.trim();
+        if task.is_empty() {
+            return Err(invalid("task", "the task is empty"));
+        }
+        if request.task.len() > MAX_TASK_BYTES {
+            return Err(invalid(
+                "task",
+                format!(
+                    "{} bytes is over the limit of {MAX_TASK_BYTES}",
+                    request.task.len()
+                ),
+            ));
+        }
+        let spec = ModelSpec::parse(&request.model).map_err(|e| invalid("model", e.to_string()))?;
+        // Everything checkable before the run: key present, base URL, script file and steps.
+        agent::build_model(&spec, &self.models).map_err(|e| setup_error(&e))?;
+        let limits = limits(&request)?;
+        if request.metadata.len() > MAX_METADATA_PAIRS
+            || request.metadata.iter().any(|(k, v)| {
+                k.is_empty() || k.len() > MAX_METADATA_CHARS || v.len() > MAX_METADATA_CHARS
+            })
+        {
+            return Err(invalid(
+                "metadata",
+                format!(
+                    "at most {MAX_METADATA_PAIRS} pairs, keys non-empty, keys and values at most \
+                     {MAX_METADATA_CHARS} bytes"
+                ),
+            ));
+        }
+        if let Some(key) = &request.idempotency_key
+            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
+        {
+            return Err(invalid(
+                "Idempotency-Key",
+                format!("between 1 and {MAX_IDEMPOTENCY_KEY} bytes"),
+            ));
+        }
+        if let Some(sandbox_id) = &request.sandbox_id {
+            // Visible to the caller and running.
+            self.sandboxes
+                .get_ready(sandbox_id, Some(owner_key_id))
+                .await?;
+        }
+        let now = now_ms();
+        let hash = request.hash();
+        let record = RunRecord {
+            id: new_id("run"),
+            owner_key_id: owner_key_id.to_string(),
+            task: request.task.clone(),
+            model: spec.to_string(),
+            sandbox_id: request.sandbox_id.clone(),
+            sandbox_taken: false,
+            status: RunState::Queued,
+            limits: serde_json::to_string(&limits).map_err(|e| invalid("limits", e.to_string()))?,
+            metadata: request.metadata.clone(),
+            idempotency_key: request.idempotency_key.clone(),
+            request_hash: Some(hash.clone()),
+            answer: None,
+            reason: None,
+            lease_owner: Some(self.lease_owner.clone()),
+            lease_expires_at: Some(now + self.lease_ms()),
+            last_seq: 0,
+            created_at: now,
+            updated_at: now,
+            ended_at: None,
+        };
+        match self.store.insert_run(&record).await? {
+            RunInsert::Created => {}
+            RunInsert::SameKey(existing) => {
+                return if existing.request_hash.as_deref() == Some(hash.as_str()) {
+                    Ok((*existing, Created::Replayed))
+                } else {
+                    Err(RunError::Conflict(
+                        "this Idempotency-Key was used with a different request".into(),
+                    ))
+                };
+            }
+            RunInsert::SandboxBusy => {
+                return Err(RunError::Conflict(format!(
+                    "sandbox {} already has an active run",
+                    request.sandbox_id.as_deref().unwrap_or_default()
+                )));
+            }
+        }
+        let active = self.register(&record.id);
+        driver::spawn(self.clone(), record.clone(), active, None);
+        Ok((record, Created::New))
+    }
+
+    pub(crate) fn lease_ms(&self) -> i64 {
+        i64::try_from(self.settings.lease_ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    pub(crate) fn register(&self, id: &str) -> Arc<ActiveRun> {
+        let run = Arc::new(ActiveRun {
+            control: Control::new(),
+            events: broadcast::channel(LIVE_BUFFER).0,
+            start: Mutex::new(StartGate::default()),
+            cancel_requested: Notify::new(),
+            copy_outputs: Notify::new(),
+            finished: watch::channel(false).0,
+        });
+        if let Ok(mut active) = self.active.lock() {
+            active.insert(id.to_string(), run.clone());
+        }
+        run
+    }
+
+    pub(crate) fn unregister(&self, id: &str) {
+        if let Ok(mut active) = self.active.lock() {
+            active.remove(id);
+        }
+    }
+
+    /// One run the caller may see (`owner` `None`: any).
+    pub async fn get(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
+        match self.store.run(id).await? {
+            Some(run) if owner.is_none_or(|o| run.owner_key_id == o) => Ok(run),
+            _ => Err(RunError::NotFound(id.to_string())),
+        }
+    }
+
+    /// Runs matching the status and every metadata pair, newest first.
+    pub async fn list(
+        &self,
+        owner: Option<&str>,
+        status: Option<RunState>,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<Vec<RunRecord>, RunError> {
+        let runs = self
+            .store
+            .list_runs(&RunFilter {
+                owner_key_id: owner.map(str::to_string),
+                status,
+            })
+            .await?;
+        Ok(runs
+            .into_iter()
+            .filter(|run| metadata.iter().all(|(k, v)| run.metadata.get(k) == Some(v)))
+            .collect())
+    }
+
+    /// The run, checked, and its driver in this process.
+    async fn driven(&self, id: &str, owner: Option<&str>) -> Result<Arc<ActiveRun>, RunError> {
+        let run = self.get(id, owner).await?;
+        if run.status.is_terminal() {
+            return Err(RunError::Conflict(format!(
+                "run {id} is {}",
+                run.status.as_str()
+            )));
+        }
+        self.active(id).ok_or_else(|| {
+            RunError::Conflict(format!(
+                "run {id} is driven by another orchestrator process; ask that one"
+            ))
+        })
+    }
+
+    /// Cancels a run; answers once its final `canceled` status is written.
+    pub async fn cancel(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
+        let active = self.driven(id, owner).await?;
+        let started = {
+            let mut gate = active.start.lock().map_err(|_| poisoned())?;
+            if !gate.started {
+                gate.canceled = true;
+            }
+            gate.started
+        };
+        if started {
+            control_result(id, active.control.cancel().await)?;
+        } else {
+            active.cancel_requested.notify_one();
+        }
+        let mut finished = active.finished.subscribe();
+        tokio::time::timeout(Duration::from_secs(60), finished.wait_for(|done| *done))
+            .await
+            .map_err(|_| RunError::Timeout(format!("run {id} did not stop within 60 s")))?
+            .map_err(|_| poisoned())?;
+        self.get(id, owner).await
+    }
+
+    /// Takes control from the agent: answers once the in-flight action finished and the run is
+    /// paused (control viewers' input is live from then on).
+    pub async fn take_over(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
+        let active = self.started(id, owner).await?;
+        control_result(id, active.control.take_over().await)?;
+        self.get(id, owner).await
+    }
+
+    /// Gives control back; the agent starts again from a fresh screenshot.
+    pub async fn hand_back(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        note: Option<String>,
+    ) -> Result<RunRecord, RunError> {
+        let active = self.started(id, owner).await?;
+        control_result(id, active.control.hand_back(note).await)?;
+        self.get(id, owner).await
+    }
+
+    /// Answers the agent's question (or a provider's safety check).
+    pub async fn answer(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        text: String,
+    ) -> Result<RunRecord, RunError> {
+        if text.trim().is_empty() {
+            return Err(invalid("text", "the answer is empty"));
+        }
+        if text.len() > MAX_TASK_BYTES {
+            return Err(invalid("text", format!("over {MAX_TASK_BYTES} bytes")));
+        }
+        let active = self.started(id, owner).await?;
+        control_result(id, active.control.answer(text).await)?;
+        self.get(id, owner).await
+    }
+
+    async fn started(&self, id: &str, owner: Option<&str>) -> Result<Arc<ActiveRun>, RunError> {
+        let active = self.driven(id, owner).await?;
+        // Wait briefly for a queued run's loop to start (it is taking its sandbox).
+        let mut phase = active.control.subscribe();
+        let ready = tokio::time::timeout(
+            Duration::from_secs(30),
+            phase.wait_for(|p| !matches!(p, Phase::Starting)),
+        )
+        .await;
+        if ready.is_err() {
+            return Err(RunError::Conflict(format!(
+                "run {id} is still queued (waiting for its sandbox)"
+            )));
+        }
+        Ok(active)
+    }
+
+    /// Follows a run's log from `after`: the stored events, then the live ones, each exactly
+    /// once and in order, until the terminal status (then the channel closes). A subscriber
+    /// that falls behind, or a run driven by another process, is served from the log.
+    pub fn follow(self: &Arc<Self>, id: &str, after: i64) -> mpsc::Receiver<EventRecord> {
+        let (tx, rx) = mpsc::channel(256);
+        let runs = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            // Subscribed before reading the log: whatever is appended meanwhile is either read
+            // or received (and deduplicated by seq).
+            let mut live = runs.subscribe(&id);
+            let mut last = after;
+            loop {
+                // The log, page by page.
+                loop {
+                    let page = match runs.store.events_after(&id, last, FOLLOW_PAGE).await {
+                        Ok(page) => page,
+                        Err(error) => {
+                            tracing::warn!(run_id = %id, %error, "reading the event log failed");
+                            return;
+                        }
+                    };
+                    let full = page.len() as i64 == FOLLOW_PAGE;
+                    for event in page {
+                        last = event.seq;
+                        let terminal = ends_run(&event);
+                        if tx.send(event).await.is_err() || terminal {
+                            return;
+                        }
+                    }
+                    if !full {
+                        break;
+                    }
+                }
+                match runs.store.run(&id).await {
+                    Ok(Some(run)) if run.status.is_terminal() && last >= run.last_seq => return,
+                    Ok(Some(_)) => {}
+                    _ => return,
+                }
+                // Live, until a gap, a lag or the end of this process's driving.
+                match live.as_mut() {
+                    Some(subscription) => loop {
+                        let received = tokio::select! {
+                            received = subscription.recv() => received,
+                            () = tx.closed() => return,
+                        };
+                        match received {
+                            Ok(event) if event.seq <= last => {}
+                            Ok(event) if event.seq == last + 1 => {
+                                last = event.seq;
+                                let terminal = ends_run(&event);
+                                if tx.send(event).await.is_err() || terminal {
+                                    return;
+                                }
+                            }
+                            // A gap: read the log.
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                            Err(broadcast::error::RecvError::Closed) => {
+                                live = None;
+                                break;
+                            }
+                        }
+                    },
+                    None => {
+                        // Driven elsewhere (or between drivers): poll the log.
+                        tokio::select! {
+                            () = tokio::time::sleep(FOLLOW_POLL) => {}
+                            () = tx.closed() => return,
+                        }
+                        live = runs.subscribe(&id);
+                    }
+                }
+            }
+        });
+        rx
+    }
+
+    /// Events after `after`, at most `limit`, from the log.
+    pub async fn events(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<(RunRecord, Vec<EventRecord>), RunError> {
+        let run = self.get(id, owner).await?;
+        let events = self.store.events_after(id, after, limit).await?;
+        Ok((run, events))
+    }
+
+    pub async fn artifacts(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+    ) -> Result<Vec<ArtifactRecord>, RunError> {
+        self.get(id, owner).await?;
+        Ok(self.store.artifacts(id).await?)
+    }
+
+    /// One artifact's record and bytes.
+    pub async fn artifact(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        name: &str,
+    ) -> Result<(ArtifactRecord, bytes::Bytes), RunError> {
+        self.get(id, owner).await?;
+        let missing = || RunError::NotFound(format!("{id}/artifacts/{name}"));
+        let record = self.store.artifact(id, name).await?.ok_or_else(missing)?;
+        let bytes = self.artifacts.get(id, name).await?.ok_or_else(missing)?;
+        Ok((record, bytes))
+    }
+
+    /// Picks up runs nobody drives (after a restart, or another process's expired lease) and
+    /// drives them from their last checkpoint.
+    pub async fn resume_orphans(self: &Arc<Self>) -> Result<usize, RunError> {
+        let now = now_ms();
+        let orphans = self
+            .store
+            .orphaned_runs(&self.lease_owner, &self.instance_prefix, now)
+            .await?;
+        let mut resumed = 0;
+        for run in orphans {
+            if self.active(&run.id).is_some() {
+                continue;
+            }
+            if !self
+                .store
+                .acquire_run_lease(
+                    &run.id,
+                    &self.lease_owner,
+                    &self.instance_prefix,
+                    now,
+                    now + self.lease_ms(),
+                )
+                .await?
+            {
+                continue;
+            }
+            let checkpoint = self.store.checkpoint(&run.id).await?;
+            tracing::info!(run_id = %run.id, status = run.status.as_str(), "resuming run");
+            let active = self.register(&run.id);
+            driver::spawn(self.clone(), run, active, Some(checkpoint));
+            resumed += 1;
+        }
+        Ok(resumed)
+    }
+
+    /// Resumes orphans now and then, until the process ends.
+    pub async fn resume_forever(self: Arc<Self>) {
+        let every = (self.settings.lease_ttl / 2).max(Duration::from_secs(1));
+        loop {
+            if let Err(error) = self.resume_orphans().await {
+                tracing::warn!(%error, "resuming orphaned runs failed");
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+/// Whether a stored event is a run's terminal status.
+pub fn ends_run(event: &EventRecord) -> bool {
+    event.kind == "run.status"
+        && serde_json::from_str::<serde_json::Value>(&event.data)
+            .ok()
+            .and_then(|v| v.get("status")?.as_str()?.parse::<RunState>().ok())
+            .is_some_and(RunState::is_terminal)
+}
+
+fn poisoned() -> RunError {
+    RunError::Conflict("the run's state is unavailable (an internal lock was poisoned)".into())
+}
+
+fn control_result(id: &str, result: Result<(), ControlError>) -> Result<(), RunError> {
+    result.map_err(|error| RunError::Conflict(format!("run {id}: {error}")))
+}
+
+fn setup_error(error: &SetupError) -> RunError {
+    invalid("model", error.to_string())
+}
+
+fn limits(request: &RunRequest) -> Result<Limits, RunError> {
+    let defaults = Limits::default();
+    let limits = Limits {
+        max_steps: request.max_steps.unwrap_or(defaults.max_steps),
+        max_seconds: request.max_seconds.unwrap_or(defaults.max_seconds),
+        max_images: request.max_images.unwrap_or(defaults.max_images),
+    };
+    if !(1..=MAX_STEPS).contains(&limits.max_steps) {
+        return Err(invalid(
+            "limits.max_steps",
+            format!("between 1 and {MAX_STEPS}"),
+        ));
+    }
+    if !(1..=MAX_SECONDS).contains(&limits.max_seconds) {
+        return Err(invalid(
+            "limits.max_seconds",
+            format!("between 1 and {MAX_SECONDS}"),
+        ));
+    }
+    if !(1..=MAX_IMAGES).contains(&limits.max_images) {
+        return Err(invalid(
+            "limits.max_images",
+            format!("between 1 and {MAX_IMAGES}"),
+        ));
+    }
+    Ok(limits)
+}

@@ -1,0 +1,338 @@
+//! [`RunSink`]: where the loop's events, screenshots and checkpoints go. Each event is
+//! appended to the run's log as the lease holder (seq and status in one transaction) and only
+//! then published to live subscribers; a terminal status is written after the last copy of
+//! `~/outputs`, so `artifact.created` events come before it and nothing comes after it.
+//!
+//! It also keeps the sandbox's control gate in step with who drives: closed while the agent
+//! drives, open from `control.taken` until `control.returned`, open again at the end.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent::{Checkpoint, Event, EventSink, ObservationMeta, RunStatus, SinkError};
+use async_trait::async_trait;
+use bytes::Bytes;
+use sandbox_client::SandboxClient;
+use sandbox_client::types::FileListRequest;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+
+use super::artifacts::{MAX_ARTIFACT_BYTES, MAX_OUTPUT_FILES, artifact_name, sniff_content_type};
+use super::{ActiveRun, Runs};
+use crate::db::{ArtifactRecord, EventRecord, RunState, StatusChange};
+use crate::secret::now_ms;
+
+/// The most time the final copy of `~/outputs` may take before the terminal status.
+const FINAL_COPY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The sandbox a run drives, as the sink reaches it.
+pub(crate) struct SandboxLink {
+    pub(crate) sandbox_id: String,
+    /// sandboxd's client (the sandbox's own key).
+    pub(crate) client: SandboxClient,
+    /// The agent's home directory (`~`).
+    pub(crate) home: String,
+}
+
+/// The loop's sink for one run.
+pub(crate) struct RunSink {
+    runs: Arc<Runs>,
+    run_id: String,
+    active: Arc<ActiveRun>,
+    sandbox: Option<SandboxLink>,
+    /// Files copied from `~/outputs`: name -> (size, modified time) when copied.
+    copied: Mutex<HashMap<String, (u64, Option<String>)>>,
+}
+
+impl RunSink {
+    pub(crate) fn new(
+        runs: Arc<Runs>,
+        run_id: String,
+        active: Arc<ActiveRun>,
+        sandbox: Option<SandboxLink>,
+    ) -> Self {
+        Self {
+            runs,
+            run_id,
+            active,
+            sandbox,
+            copied: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Appends an event given as JSON (with its `type`), then publishes it.
+    pub(crate) async fn append(
+        &self,
+        kind: &str,
+        data: String,
+        change: Option<StatusChange>,
+    ) -> Result<i64, SinkError> {
+        let at = now_ms();
+        let seq = self
+            .runs
+            .store
+            .append_event(
+                &self.run_id,
+                &self.runs.lease_owner,
+                kind,
+                &data,
+                at,
+                change.as_ref(),
+            )
+            .await
+            .map_err(|e| SinkError(e.to_string()))?
+            .ok_or_else(|| {
+                SinkError("the run has ended or another process holds its lease".into())
+            })?;
+        // Nobody listening is fine.
+        let _ = self.active.events.send(EventRecord {
+            seq,
+            kind: kind.to_string(),
+            data,
+            at,
+        });
+        Ok(seq)
+    }
+
+    /// Copies new or changed files of `~/outputs` to the artifact store, each with an
+    /// `artifact.created` event. Failures are logged: a missing copy must not fail the run.
+    pub(crate) async fn copy_outputs(&self) {
+        let Some(sandbox) = &self.sandbox else {
+            return;
+        };
+        // One copy at a time; the map remembers what is done.
+        let mut copied = self.copied.lock().await;
+        self.copy_into(sandbox, &mut copied).await;
+    }
+
+    async fn copy_into(
+        &self,
+        sandbox: &SandboxLink,
+        copied: &mut HashMap<String, (u64, Option<String>)>,
+    ) {
+        let root = format!("{}/outputs", sandbox.home.trim_end_matches('/'));
+        let listing = sandbox
+            .client
+            .file_list(&FileListRequest {
+                path: root.clone(),
+                recursive: Some(true),
+                show_hidden: Some(false),
+                file_types: None,
+                max_depth: Some(4),
+                include_size: Some(true),
+                include_permissions: None,
+                sort_by: None,
+                sort_desc: None,
+            })
+            .await;
+        let listing = match listing {
+            Ok(listing) => listing,
+            // No ~/outputs yet.
+            Err(error) if error.status().is_some_and(|s| s.as_u16() == 404) => return,
+            Err(error) => {
+                tracing::debug!(run_id = %self.run_id, %error, "listing ~/outputs failed");
+                return;
+            }
+        };
+        for file in listing.files {
+            if file.is_directory || file.is_symlink {
+                continue;
+            }
+            let Some(relative) = file.path.strip_prefix(&format!("{root}/")) else {
+                continue;
+            };
+            // Two segments always (`outputs/<file>`): nested folders are flattened with `__`.
+            let Some(name) = artifact_name(&format!("outputs/{}", relative.replace('/', "__")))
+            else {
+                tracing::warn!(run_id = %self.run_id, path = %file.path, "output name refused");
+                continue;
+            };
+            let size = file.size.unwrap_or(0);
+            let stamp = (size, file.modified_time.clone());
+            if copied.get(&name) == Some(&stamp) {
+                continue;
+            }
+            if !copied.contains_key(&name) && copied.len() >= MAX_OUTPUT_FILES {
+                tracing::warn!(run_id = %self.run_id, "more than {MAX_OUTPUT_FILES} outputs; the rest are not kept");
+                break;
+            }
+            if size > MAX_ARTIFACT_BYTES {
+                tracing::warn!(run_id = %self.run_id, %name, size, "output too large to keep");
+                copied.insert(name, stamp);
+                continue;
+            }
+            let bytes = match sandbox.client.file_download(&file.path).await {
+                Ok(bytes) => Bytes::from(bytes),
+                Err(error) => {
+                    tracing::warn!(run_id = %self.run_id, %name, %error, "copying an output failed");
+                    continue;
+                }
+            };
+            match self.store_artifact(&name, "output", bytes).await {
+                Ok(record) => {
+                    copied.insert(name, stamp);
+                    let event = json!({
+                        "type": "artifact.created",
+                        "name": record.name,
+                        "kind": record.kind,
+                        "size": record.size,
+                        "content_type": record.content_type,
+                        "sha256": record.sha256,
+                    });
+                    if let Err(error) = self
+                        .append("artifact.created", event.to_string(), None)
+                        .await
+                    {
+                        tracing::debug!(run_id = %self.run_id, %error, "artifact event not written");
+                        return;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(run_id = %self.run_id, %name, %error, "keeping an output failed");
+                }
+            }
+        }
+    }
+
+    async fn store_artifact(
+        &self,
+        name: &str,
+        kind: &str,
+        bytes: Bytes,
+    ) -> Result<ArtifactRecord, String> {
+        let record = ArtifactRecord {
+            run_id: self.run_id.clone(),
+            name: name.to_string(),
+            kind: kind.to_string(),
+            size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+            content_type: sniff_content_type(&bytes).to_string(),
+            sha256: hex::encode(Sha256::digest(&bytes)),
+            created_at: now_ms(),
+        };
+        self.runs
+            .artifacts
+            .put(&self.run_id, name, bytes)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.runs
+            .store
+            .upsert_artifact(&record)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(record)
+    }
+
+    fn set_gate(&self, open: bool) {
+        if let Some(sandbox) = &self.sandbox {
+            self.runs
+                .sandboxes
+                .set_control_input(&sandbox.sandbox_id, open);
+        }
+    }
+}
+
+pub(crate) fn run_state(status: RunStatus) -> RunState {
+    match status {
+        RunStatus::Running => RunState::Running,
+        RunStatus::Paused => RunState::Paused,
+        RunStatus::WaitingForInput => RunState::WaitingForInput,
+        RunStatus::Completed => RunState::Completed,
+        RunStatus::Failed => RunState::Failed,
+        RunStatus::Canceled => RunState::Canceled,
+    }
+}
+
+#[async_trait]
+impl EventSink for RunSink {
+    async fn emit(&self, event: Event) -> Result<(), SinkError> {
+        let change = match &event {
+            Event::RunStatus {
+                status,
+                reason,
+                answer,
+            } => Some(StatusChange {
+                status: run_state(*status),
+                answer: answer.clone(),
+                reason: reason.clone(),
+            }),
+            _ => None,
+        };
+        let terminal = change.as_ref().is_some_and(|c| c.status.is_terminal());
+        // For the terminal status: the last outputs first, and no copy in between (the lock is
+        // held until the status is written), so nothing is written after it.
+        let mut final_copy = None;
+        if terminal {
+            let mut copied = self.copied.lock().await;
+            if let Some(sandbox) = &self.sandbox
+                && tokio::time::timeout(FINAL_COPY_TIMEOUT, self.copy_into(sandbox, &mut copied))
+                    .await
+                    .is_err()
+            {
+                tracing::warn!(run_id = %self.run_id, "the final copy of ~/outputs timed out");
+            }
+            final_copy = Some(copied);
+        }
+        if matches!(event, Event::ControlReturned { .. }) {
+            // Closed before the agent can act again.
+            self.set_gate(false);
+        }
+        let data = serde_json::to_string(&event).map_err(|e| SinkError(e.to_string()))?;
+        self.append(event.kind(), data, change).await?;
+        match event {
+            // The in-flight action has finished: the person's input goes through now.
+            Event::ControlTaken {} => self.set_gate(true),
+            // New files are copied as they appear, off the loop's path.
+            Event::ActionFinished { .. } if self.sandbox.is_some() => {
+                self.active.copy_outputs.notify_one();
+            }
+            _ => {}
+        }
+        if terminal {
+            self.set_gate(true);
+        }
+        drop(final_copy);
+        Ok(())
+    }
+
+    async fn screenshot(
+        &self,
+        observation: &ObservationMeta,
+        image: &Bytes,
+    ) -> Result<(), SinkError> {
+        let extension = if observation.mime == "image/jpeg" {
+            "jpg"
+        } else {
+            "png"
+        };
+        let Some(name) = artifact_name(&format!("screenshots/{}.{extension}", observation.id))
+        else {
+            return Err(SinkError(format!(
+                "observation id {:?} is not a safe name",
+                observation.id
+            )));
+        };
+        self.store_artifact(&name, "screenshot", image.clone())
+            .await
+            .map(|_| ())
+            .map_err(SinkError)
+    }
+
+    async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {
+        let json = serde_json::to_string(checkpoint).map_err(|e| SinkError(e.to_string()))?;
+        let stored = self
+            .runs
+            .store
+            .set_checkpoint(&self.run_id, &self.runs.lease_owner, &json)
+            .await
+            .map_err(|e| SinkError(e.to_string()))?;
+        if stored {
+            Ok(())
+        } else {
+            Err(SinkError(
+                "the run has ended or another process holds its lease".into(),
+            ))
+        }
+    }
+}
