@@ -188,6 +188,16 @@ pub struct ShellSessionStats {
     pub usage_ratio: f64,
 }
 
+/// Whether a shell session is running a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ShellSessionStatus {
+    /// A command is running.
+    Running,
+    /// No command is running.
+    Idle,
+}
+
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellSessionInfo {
     pub working_dir: String,
@@ -195,8 +205,7 @@ pub struct ShellSessionInfo {
     pub created_at: String,
     pub last_used_at: String,
     pub age_seconds: u64,
-    /// `running` or `idle`.
-    pub status: String,
+    pub status: ShellSessionStatus,
     /// The latest command, running or not.
     pub current_command: Option<String>,
 }

@@ -23,8 +23,8 @@ use super::types::{
     ActiveShellSessionsResult, BashCommandStatus, ConsoleRecord, Envelope, ErrorBody,
     ShellCleanupResult, ShellCommandResult, ShellCreateSessionRequest, ShellCreateSessionResponse,
     ShellExecRequest, ShellKillResult, ShellSessionInfo, ShellSessionRequest, ShellSessionSettings,
-    ShellSessionStats, ShellUpdateSessionRequest, ShellViewResult, ShellWaitRequest,
-    ShellWaitResult, ShellWriteRequest, ShellWriteResult,
+    ShellSessionStats, ShellSessionStatus, ShellUpdateSessionRequest, ShellViewResult,
+    ShellWaitRequest, ShellWaitResult, ShellWriteRequest, ShellWriteResult,
 };
 use super::validate::{self, SecondsRange};
 use crate::shell::{
@@ -423,7 +423,11 @@ pub async fn list_sessions(
                     created_at: rfc3339(info.created_at),
                     last_used_at: rfc3339(info.last_used_at),
                     age_seconds: info.age.as_secs(),
-                    status: if info.running { "running" } else { "idle" }.to_string(),
+                    status: if info.running {
+                        ShellSessionStatus::Running
+                    } else {
+                        ShellSessionStatus::Idle
+                    },
                     current_command: info.current_command,
                 },
             )
