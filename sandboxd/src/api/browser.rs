@@ -622,12 +622,12 @@ pub async fn scroll_to(
     State(state): State<AppState>,
     AioJson(request): AioJson<ScrollToRequest>,
 ) -> Result<Json<Envelope<ScrollResult>>, ApiError> {
-    let position = |field, value: Option<f64>| {
+    let checked = |field, value: Option<f64>| {
         value
             .map(|v| validate::number(field, v, 0.0..=f64::INFINITY, "a position in CSS pixels"))
             .transpose()
     };
-    let (x, y) = (position("x", request.x)?, position("y", request.y)?);
+    let (x, y) = (checked("x", request.x)?, checked("y", request.y)?);
     let position = state.browser.scroll_to(x, y).await?;
     Ok(Json(Envelope::ok(ScrollResult {
         target: position.target,
