@@ -10,6 +10,7 @@
 //!   socket to an upstream one, with an optional byte filter and a stop signal.
 //! - [`origin`]: the `Origin` check for browser-reachable endpoints (WebSockets above all,
 //!   which browsers open cross-origin without asking anyone).
+//! - [`timestamp`]: instants on the wire, RFC 3339 in UTC with milliseconds.
 //! - [`unread_body`]: the layer that drains a request body the handler left unread, or
 //!   announces `Connection: close`, so a refusal does not break a client's pooled connection.
 //!
@@ -22,5 +23,6 @@ pub mod logging;
 pub mod openapi;
 pub mod origin;
 pub mod request_id;
+pub mod timestamp;
 pub mod unread_body;
 pub mod ws;

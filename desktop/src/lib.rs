@@ -26,7 +26,8 @@
 //! - `scale`: the triangle-filter resizer behind `encode`.
 //! - `settle`: [`Desktop::wait_until_settled`] and [`SettleReport`].
 //! - `input`: XTEST primitives, the held-keys state, synchronising with the server.
-//! - `pointer`: [`Button`], moving, clicking, scrolling (in wheel notches), dragging.
+//! - `pointer`: [`Button`], moving, clicking, scrolling (in wheel notches), dragging (along a
+//!   path, or in a straight line from the pointer).
 //! - `keyboard`: keys and chords by name, held keys, typing any text.
 //! - `keymap`: the keyboard mapping snapshot: keysym to keycode and Shift level, spare keycodes.
 //! - `remap`: spare keycodes mapped to missing keysyms, and the thread that restores them.

@@ -62,10 +62,36 @@ const WHEEL_DOWN: u8 = 5;
 const WHEEL_LEFT: u8 = 6;
 const WHEEL_RIGHT: u8 = 7;
 
-/// Fails with the axis and value when a point is off the screen.
 /// Longest wait for the server to move the pointer during a paced drag.
 const POINTER_WAIT: Duration = Duration::from_millis(500);
 
+/// The longest segment a straight drag is cut into, in pixels.
+const STRAIGHT_DRAG_SEGMENT: f64 = 20.0;
+/// The most segments a straight drag is cut into.
+const STRAIGHT_DRAG_MAX_SEGMENTS: usize = 50;
+
+/// The points of a straight drag from `start` to `end`: at most [`STRAIGHT_DRAG_SEGMENT`]
+/// pixels apart (and at most [`STRAIGHT_DRAG_MAX_SEGMENTS`] segments), both ends included, so
+/// applications see the pointer travel rather than jump.
+fn straight_path(start: (i32, i32), end: (i32, i32)) -> Vec<(i32, i32)> {
+    let (dx, dy) = (
+        f64::from(end.0) - f64::from(start.0),
+        f64::from(end.1) - f64::from(start.1),
+    );
+    let steps = ((dx.hypot(dy) / STRAIGHT_DRAG_SEGMENT).ceil() as usize)
+        .clamp(1, STRAIGHT_DRAG_MAX_SEGMENTS);
+    (0..=steps)
+        .map(|i| {
+            let t = i as f64 / steps as f64;
+            (
+                (f64::from(start.0) + dx * t).round() as i32,
+                (f64::from(start.1) + dy * t).round() as i32,
+            )
+        })
+        .collect()
+}
+
+/// Fails with the axis and value when a point is off the screen.
 fn check_point(x: i64, y: i64, (width, height): (u32, u32)) -> Result<(), DesktopError> {
     for (axis, value, limit) in [("x", x, width), ("y", y, height)] {
         if value < 0 || value >= i64::from(limit) {
@@ -261,6 +287,31 @@ impl Desktop {
         moved.and(released)?;
         self.sync(STEP)
     }
+
+    /// Drags in a straight line from where the pointer is to `end`, through points at most
+    /// 20 pixels apart, pausing `step` at each (see [`Desktop::drag`]).
+    pub fn drag_to(
+        &self,
+        end: (i32, i32),
+        button: Button,
+        step: Duration,
+    ) -> Result<(), DesktopError> {
+        let start = self.cursor_position()?;
+        self.drag(&straight_path(start, end), button, step)
+    }
+
+    /// Drags in a straight line from where the pointer is, by `(dx, dy)` (see
+    /// [`Desktop::drag_to`]).
+    pub fn drag_by(
+        &self,
+        (dx, dy): (i32, i32),
+        button: Button,
+        step: Duration,
+    ) -> Result<(), DesktopError> {
+        let start = self.cursor_position()?;
+        let end = (start.0.saturating_add(dx), start.1.saturating_add(dy));
+        self.drag(&straight_path(start, end), button, step)
+    }
 }
 
 #[cfg(test)]
@@ -280,6 +331,24 @@ mod tests {
             message(0, -1),
             Err("y coordinate -1 is outside the screen (valid: 0..20)".into())
         );
+    }
+
+    #[test]
+    fn straight_drags_are_cut_into_short_segments() {
+        // A drag that does not move is still a press at one point and a release there.
+        assert_eq!(straight_path((5, 5), (5, 5)), [(5, 5), (5, 5)]);
+        let path = straight_path((0, 0), (100, 0));
+        assert_eq!(path.len(), 6, "{path:?}");
+        assert_eq!(path.first(), Some(&(0, 0)));
+        assert_eq!(path.last(), Some(&(100, 0)));
+        assert!(path.windows(2).all(|w| (w[1].0 - w[0].0).abs() <= 20));
+        // A long drag is cut into at most 50 segments, ending where it was asked to.
+        let path = straight_path((0, 0), (-3000, 4000));
+        assert_eq!(path.len(), 51);
+        assert_eq!(path.last(), Some(&(-3000, 4000)));
+        // Extreme coordinates do not overflow.
+        let path = straight_path((i32::MIN, 0), (i32::MAX, 0));
+        assert_eq!(path.last(), Some(&(i32::MAX, 0)));
     }
 
     #[test]

@@ -207,6 +207,67 @@ fn a_drag_is_one_press_motion_through_the_path_and_one_release() -> Result<()> {
     Ok(())
 }
 
+/// A button event's button and position.
+type ButtonAt = (u8, i16, i16);
+
+/// (button, x, y) of each press and each release among `events`.
+fn presses_and_releases(events: &[Event]) -> (Vec<ButtonAt>, Vec<ButtonAt>) {
+    let mut presses = Vec::new();
+    let mut releases = Vec::new();
+    for event in events {
+        match event {
+            Event::ButtonPress(p) => presses.push((p.detail, p.root_x, p.root_y)),
+            Event::ButtonRelease(r) => releases.push((r.detail, r.root_x, r.root_y)),
+            _ => {}
+        }
+    }
+    (presses, releases)
+}
+
+#[test]
+fn straight_drags_start_at_the_pointer_and_move_in_short_steps() -> Result<()> {
+    let (_xvfb, client, desktop) = setup()?;
+    desktop.move_to(250, 150)?;
+    common::drain(&client)?;
+    let until_release = |client: &RustConnection| {
+        common::collect(
+            client,
+            TIMEOUT,
+            SETTLE,
+            |e| is_button(e) || matches!(e, Event::MotionNotify(_)),
+            |events| events.iter().any(|e| matches!(e, Event::ButtonRelease(_))),
+        )
+    };
+
+    desktop.drag_to((450, 150), Button::Left, Duration::from_millis(1))?;
+    let events = until_release(&client)?;
+    let (presses, releases) = presses_and_releases(&events);
+    assert_eq!(presses, vec![(1, 250, 150)], "{events:?}");
+    assert_eq!(releases, vec![(1, 450, 150)], "{events:?}");
+    let press_at = events
+        .iter()
+        .position(|e| matches!(e, Event::ButtonPress(_)))
+        .expect("a press");
+    let motions: Vec<i16> = events[press_at..]
+        .iter()
+        .filter_map(|e| match e {
+            Event::MotionNotify(m) => Some(m.root_x),
+            _ => None,
+        })
+        .collect();
+    // 200 pixels in ten steps of 20.
+    assert_eq!(motions, (1..=10).map(|i| 250 + 20 * i).collect::<Vec<_>>());
+
+    common::drain(&client)?;
+    desktop.drag_by((-100, 50), Button::Right, Duration::ZERO)?;
+    let events = until_release(&client)?;
+    let (presses, releases) = presses_and_releases(&events);
+    assert_eq!(presses, vec![(3, 450, 150)], "{events:?}");
+    assert_eq!(releases, vec![(3, 350, 200)], "{events:?}");
+    assert_eq!(desktop.cursor_position()?, (350, 200));
+    Ok(())
+}
+
 #[test]
 fn scrolling_sends_one_wheel_click_per_notch() -> Result<()> {
     let (_xvfb, client, desktop) = setup()?;

@@ -47,12 +47,6 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// RFC 3339 (UTC, milliseconds) of a millisecond timestamp.
-pub fn rfc3339(ms: i64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +65,5 @@ mod tests {
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         );
         assert_eq!(sha256_hex("abc").len(), 64);
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
     }
 }

@@ -1,13 +1,43 @@
-//! sandboxd's connection to its X display: opened on first use, reopened when the X server was
-//! restarted under it, and the record of recent screenshots' image-to-screen transforms, so an
-//! action can name the screenshot its coordinates were chosen on.
+//! sandboxd's desktop: the connection to its X display (opened on first use, reopened when the
+//! X server was restarted under it), the record of recent screenshots' image-to-screen
+//! transforms, so an action can name the screenshot its coordinates were chosen on, taking
+//! screenshots, and performing actions ([`action`]). Calls that block on the display run on
+//! blocking threads.
+
+mod action;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use desktop::{Desktop, DesktopError, EncodedImage};
+use desktop::{Desktop, DesktopError, EncodedImage, ImageFormat, fit_within};
 use x11rb::errors::ReplyOrIdError;
+
+pub use action::{Action, Checked, Performed, Point};
+
+/// Why a desktop call was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// A field of the request is out of bounds or names something unknown; `field` is its name
+    /// as the API spells it.
+    #[error("{message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+    /// The display refused or failed the call.
+    #[error(transparent)]
+    Desktop(#[from] DesktopError),
+    /// The blocking thread running the call panicked or was cancelled.
+    #[error("desktop call failed: {0}")]
+    Interrupted(String),
+}
+
+/// A captured, encoded screenshot and the id its transform is remembered under.
+pub struct Screenshot {
+    pub image: EncodedImage,
+    pub id: u64,
+}
 
 /// How many screenshots' transforms are remembered.
 const REMEMBERED_SHOTS: usize = 64;
@@ -113,6 +143,38 @@ impl DesktopSession {
     pub fn transform(&self, id: u64) -> Option<ShotTransform> {
         let shots = self.shots.lock().unwrap_or_else(|e| e.into_inner());
         shots.iter().find(|s| s.id == id).copied()
+    }
+
+    /// Captures the screen and encodes it, downscaled to fit `bounds` (keeping the aspect
+    /// ratio) when given, and remembers its transform under the returned id.
+    pub async fn screenshot(
+        self: &Arc<Self>,
+        format: ImageFormat,
+        bounds: Option<(u32, u32)>,
+    ) -> Result<Screenshot, SessionError> {
+        let image = self
+            .blocking(move |desktop| {
+                let target = match bounds {
+                    Some(bounds) => Some(fit_within(desktop.screen_size()?, bounds)),
+                    None => None,
+                };
+                desktop.screenshot(format, target)
+            })
+            .await?;
+        let id = self.record(&image);
+        Ok(Screenshot { image, id })
+    }
+
+    /// Runs `call` on the display (see [`DesktopSession::with`]) on a blocking thread.
+    async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        call: impl Fn(&Desktop) -> Result<T, DesktopError> + Send + 'static,
+    ) -> Result<T, SessionError> {
+        let session = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || session.with(call)).await {
+            Ok(result) => result.map_err(SessionError::Desktop),
+            Err(error) => Err(SessionError::Interrupted(error.to_string())),
+        }
     }
 }
 

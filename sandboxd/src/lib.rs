@@ -10,7 +10,8 @@
 //! - [`activity`]: API activity and the idle dead-man switch.
 //! - [`api`]: the HTTP routes (the only module that knows HTTP).
 //! - [`shell`]: shell sessions, their commands, and interactive terminals.
-//! - [`desktop_session`]: the lazily opened X display connection and recent screenshots' transforms.
+//! - [`desktop_session`]: the X display (opened lazily), screenshots and their transforms, and
+//!   desktop actions checked and performed.
 //! - [`files`]: the file operations behind `/v1/file/*`, confined to the allowed roots.
 //! - [`browser`]: the browser capability (Chromium over CDP) behind `/v1/browser/...`.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.

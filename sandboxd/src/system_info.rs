@@ -1,7 +1,8 @@
 //! Facts about the sandbox for `GET /v1/sandbox`: OS, user, directories, listening ports and the
-//! tools installed. Everything is read from `/proc`, `/etc` and `PATH`, except Node.js's version:
-//! `node --version` is the one thing run, through the reaper, with a time limit, and remembered
-//! for as long as the binary is the same file.
+//! tools installed, as a [`SystemInfo`] (the API writes it in AIO's shape). Everything is read
+//! from `/proc`, `/etc` and `PATH`, except Node.js's version: `node --version` is the one thing
+//! run, through the reaper, with a time limit, and remembered for as long as the binary is the
+//! same file.
 
 use std::ffi::OsStr;
 use std::io::Read;
@@ -13,11 +14,60 @@ use std::time::{Duration, SystemTime};
 
 use sysinfo::System;
 
-use crate::api::types::{
-    AvailableTool, RuntimeEnv, SandboxContext, SandboxDetail, ScreenInfo, SystemEnv, ToolCategory,
-    ToolSpec,
-};
-use crate::config::Settings;
+use crate::config::{Screen, Settings};
+
+/// What sandboxd knows about the sandbox it runs in. A fact that could not be read is `None`
+/// (or, for the time zone, UTC).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemInfo {
+    pub home_dir: PathBuf,
+    pub workspace: PathBuf,
+    /// sandboxd's version.
+    pub version: &'static str,
+    /// The distribution's name and version (`Debian GNU/Linux 12`).
+    pub os_version: Option<String>,
+    pub kernel: Option<String>,
+    pub arch: &'static str,
+    pub hostname: Option<String>,
+    /// The user sandboxd runs as (its uid when it has no name).
+    pub user: String,
+    pub timezone: String,
+    /// TCP ports something listens on, sorted.
+    pub listening_ports: Vec<u16>,
+    pub cpus: usize,
+    /// Memory the sandbox may use: its cgroup's limit, else the machine's.
+    pub memory_total_bytes: Option<u64>,
+    pub screen: Screen,
+    pub python: Option<Runtime>,
+    pub nodejs: Option<Runtime>,
+    /// Tools worth telling an agent about that are installed, by category.
+    pub tools: Vec<ToolGroup>,
+}
+
+/// A language runtime found on `PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runtime {
+    /// The version it reports, when it could be read.
+    pub version: Option<String>,
+    /// The binary.
+    pub bin: PathBuf,
+    /// The names it answers to on `PATH`.
+    pub aliases: Vec<String>,
+}
+
+/// Installed tools of one category (`browser`, `desktop`, `shell`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolGroup {
+    pub category: &'static str,
+    pub tools: Vec<Tool>,
+}
+
+/// An installed tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tool {
+    pub name: &'static str,
+    pub description: &'static str,
+}
 
 /// Tools worth telling an agent about, by category: (binary, description).
 const TOOLS: &[(&str, &[(&str, &str)])] = &[
@@ -63,25 +113,22 @@ const NODE_NAMES: [&str; 2] = ["node", "nodejs"];
 const NODE_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Everything, the blocking reads off the async workers and Node's probe alongside.
-pub async fn gather(settings: Arc<Settings>) -> SandboxContext {
+pub async fn gather(settings: Arc<Settings>) -> SystemInfo {
     let reading = settings.clone();
-    let (context, nodejs) = tokio::join!(
-        tokio::task::spawn_blocking(move || sandbox_context(&reading)),
+    let (info, nodejs) = tokio::join!(
+        tokio::task::spawn_blocking(move || read_system(&reading)),
         nodejs()
     );
-    let mut context = context.unwrap_or_else(|error| {
+    let mut info = info.unwrap_or_else(|error| {
         tracing::error!(%error, "gathering system details panicked");
-        minimal_context(&settings)
+        minimal(&settings)
     });
-    context.detail.runtime.nodejs = nodejs.into_iter().collect();
-    context
+    info.nodejs = nodejs;
+    info
 }
 
-/// The full context but Node.js (see [`gather`]); falls back to unknowns where a fact cannot be
-/// read.
-pub fn sandbox_context(settings: &Settings) -> SandboxContext {
-    let home = settings.home_dir.display().to_string();
-    let workspace = settings.workspace.display().to_string();
+/// Everything but Node.js (see [`gather`]); unknowns where a fact cannot be read.
+pub fn read_system(settings: &Settings) -> SystemInfo {
     let memory_total_bytes = System::new().map(|mut s| {
         s.refresh_memory();
         s.cgroup_limits()
@@ -89,76 +136,39 @@ pub fn sandbox_context(settings: &Settings) -> SandboxContext {
             .filter(|&m| m > 0)
             .unwrap_or_else(|| s.total_memory())
     });
-    SandboxContext {
-        home_dir: home.clone(),
-        workspace: workspace.clone(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        detail: SandboxDetail {
-            system: SystemEnv {
-                os: "linux".into(),
-                os_version: System::long_os_version().unwrap_or_else(|_| "unknown".into()),
-                kernel: System::kernel_version().unwrap_or_else(|_| "unknown".into()),
-                arch: std::env::consts::ARCH.into(),
-                hostname: System::host_name().unwrap_or_else(|_| "unknown".into()),
-                user: current_user(),
-                home_dir: home,
-                workspace,
-                timezone: timezone(),
-                occupied_ports: listening_ports()
-                    .into_iter()
-                    .map(|p| p.to_string())
-                    .collect(),
-                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                memory_total_bytes: memory_total_bytes.unwrap_or(0),
-                screen: screen(settings),
-            },
-            runtime: RuntimeEnv {
-                python: python().into_iter().collect(),
-                nodejs: Vec::new(),
-            },
-            utils: tools(),
-        },
+    SystemInfo {
+        os_version: System::long_os_version().ok(),
+        kernel: System::kernel_version().ok(),
+        hostname: System::host_name().ok(),
+        timezone: timezone(),
+        listening_ports: listening_ports(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        memory_total_bytes: memory_total_bytes.ok(),
+        python: python(),
+        tools: tools(),
+        ..minimal(settings)
     }
 }
 
 /// What can be said without touching the system (used if gathering fails).
-pub fn minimal_context(settings: &Settings) -> SandboxContext {
-    let home = settings.home_dir.display().to_string();
-    let workspace = settings.workspace.display().to_string();
-    SandboxContext {
-        home_dir: home.clone(),
-        workspace: workspace.clone(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        detail: SandboxDetail {
-            system: SystemEnv {
-                os: "linux".into(),
-                os_version: "unknown".into(),
-                kernel: "unknown".into(),
-                arch: std::env::consts::ARCH.into(),
-                hostname: "unknown".into(),
-                user: current_user(),
-                home_dir: home,
-                workspace,
-                timezone: "UTC".into(),
-                occupied_ports: Vec::new(),
-                cpus: 1,
-                memory_total_bytes: 0,
-                screen: screen(settings),
-            },
-            runtime: RuntimeEnv {
-                python: Vec::new(),
-                nodejs: Vec::new(),
-            },
-            utils: Vec::new(),
-        },
-    }
-}
-
-fn screen(settings: &Settings) -> ScreenInfo {
-    ScreenInfo {
-        width: settings.screen.width,
-        height: settings.screen.height,
-        depth: settings.screen.depth,
+pub fn minimal(settings: &Settings) -> SystemInfo {
+    SystemInfo {
+        home_dir: settings.home_dir.clone(),
+        workspace: settings.workspace.clone(),
+        version: env!("CARGO_PKG_VERSION"),
+        os_version: None,
+        kernel: None,
+        arch: std::env::consts::ARCH,
+        hostname: None,
+        user: current_user(),
+        timezone: "UTC".into(),
+        listening_ports: Vec::new(),
+        cpus: 1,
+        memory_total_bytes: None,
+        screen: settings.screen,
+        python: None,
+        nodejs: None,
+        tools: Vec::new(),
     }
 }
 
@@ -230,7 +240,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// Python's version, read from where `python3` points (`python3.11` -> `3.11`).
-fn python() -> Option<ToolSpec> {
+fn python() -> Option<Runtime> {
     let bin = find_in_path("python3")?;
     let resolved = std::fs::canonicalize(&bin).unwrap_or_else(|_| bin.clone());
     let ver = resolved
@@ -239,21 +249,21 @@ fn python() -> Option<ToolSpec> {
         .and_then(|n| n.strip_prefix("python"))
         .filter(|v| v.chars().next().is_some_and(|c| c.is_ascii_digit()))
         .map(str::to_owned);
-    Some(ToolSpec {
-        ver,
-        bin: Some(bin.display().to_string()),
-        alias: vec!["python3".into(), "python".into()],
+    Some(Runtime {
+        version: ver,
+        bin,
+        aliases: vec!["python3".into(), "python".into()],
     })
 }
 
 /// Node.js, when `node` or `nodejs` is on `PATH`, with the version it reports.
-async fn nodejs() -> Option<ToolSpec> {
+async fn nodejs() -> Option<Runtime> {
     let path = std::env::var_os("PATH")?;
-    let (bin, alias) = find_node(&path)?;
-    Some(ToolSpec {
-        ver: node_version(&bin).await,
-        bin: Some(bin.display().to_string()),
-        alias,
+    let (bin, aliases) = find_node(&path)?;
+    Some(Runtime {
+        version: node_version(&bin).await,
+        bin,
+        aliases,
     })
 }
 
@@ -343,21 +353,18 @@ async fn run_for_output(program: &Path, args: &[&str], limit: Duration) -> Optio
     }
 }
 
-fn tools() -> Vec<ToolCategory> {
+fn tools() -> Vec<ToolGroup> {
     TOOLS
         .iter()
-        .map(|(category, tools)| ToolCategory {
-            category: (*category).into(),
+        .map(|(category, tools)| ToolGroup {
+            category,
             tools: tools
                 .iter()
                 .filter(|(name, _)| {
                     find_in_path(name).is_some()
                         || *name == "chromium" && Path::new("/usr/lib/chromium/chromium").exists()
                 })
-                .map(|(name, description)| AvailableTool {
-                    name: (*name).into(),
-                    description: (*description).into(),
-                })
+                .map(|(name, description)| Tool { name, description })
                 .collect(),
         })
         .filter(|c| !c.tools.is_empty())

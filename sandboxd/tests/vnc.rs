@@ -4,6 +4,9 @@
 //! security None, and a view-only session cannot move the pointer or type, whatever it sends
 //! (x11vnc's own view-only password: sandboxd itself does not filter).
 //!
+//! The desktop API on the same display: screenshots and actions through sandboxd's routes and
+//! its desktop session.
+//!
 //! Needs `Xvfb` and `x11vnc` (`apt-get install -y xvfb x11vnc`); fails, never skips, without them.
 
 use std::net::TcpListener as StdListener;
@@ -455,5 +458,117 @@ async fn a_ticket_opens_a_viewer_session_once() -> Result<()> {
     view.send(pointer_event(target.0, target.1, 0)).await?;
     view.sync().await?;
     assert_eq!(pointer(&desktop.display)?, before);
+    Ok(())
+}
+
+/// Screenshots and actions through the HTTP API reach the display: points aimed on a downscaled
+/// screenshot land on the screen pixel under them, straight drags start at the pointer, and a
+/// refusal names the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn desktop_actions_go_through_the_session_to_the_display() -> Result<()> {
+    let desktop = desktop().await?;
+    let client = reqwest::Client::new();
+    let base = format!("http://{}", desktop.url);
+
+    let shot = client
+        .get(format!(
+            "{base}/v1/browser/screenshot?max_width=640&format=jpg"
+        ))
+        .bearer_auth(KEY)
+        .send()
+        .await?;
+    assert_eq!(shot.status(), 200);
+    let header = |name: &str| {
+        shot.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert_eq!(header("content-type"), "image/jpeg");
+    assert_eq!(header("x-image-width"), "640");
+    assert_eq!(header("x-scale-x"), "2.000000");
+    let id: u64 = header("x-screenshot-id").parse()?;
+
+    let act = |action: serde_json::Value| {
+        let request = client
+            .post(format!("{base}/v1/browser/actions"))
+            .bearer_auth(KEY)
+            .json(&action);
+        async move {
+            let answer = request.send().await?;
+            let status = answer.status().as_u16();
+            Ok::<_, anyhow::Error>((status, answer.json::<serde_json::Value>().await?))
+        }
+    };
+    let cursor = |answer: &serde_json::Value| {
+        (
+            answer["data"]["cursor"]["x"].as_i64(),
+            answer["data"]["cursor"]["y"].as_i64(),
+        )
+    };
+
+    // Image pixel (100, 50) of the half-size screenshot is screen pixel (201, 101).
+    let (status, answer) = act(serde_json::json!({
+        "action_type": "MOVE_TO", "x": 100, "y": 50, "screenshot_id": id
+    }))
+    .await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(cursor(&answer), (Some(201), Some(101)), "{answer}");
+    assert_eq!(pointer(&desktop.display)?, (201, 101));
+
+    let (status, answer) = act(serde_json::json!({
+        "action_type": "DRAG_REL", "x_offset": 100, "y_offset": -50
+    }))
+    .await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(cursor(&answer), (Some(301), Some(51)), "{answer}");
+
+    let (status, answer) = act(serde_json::json!({
+        "action_type": "DRAG_TO", "x": 10, "y": 20, "button": "Wheel"
+    }))
+    .await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(cursor(&answer), (Some(10), Some(20)), "{answer}");
+    assert_eq!(answer["action_performed"], "DRAG_TO");
+
+    let (status, answer) = act(serde_json::json!({
+        "action_type": "WAIT_SETTLED", "quiet_ms": 50, "timeout_ms": 2000
+    }))
+    .await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["settle"]["settled"], true, "{answer}");
+
+    for (action, field) in [
+        (
+            serde_json::json!({"action_type": "DRAG_PATH", "path": [[1, 2]]}),
+            "path",
+        ),
+        (
+            serde_json::json!({"action_type": "CLICK", "x": 1, "screenshot_id": id}),
+            "y",
+        ),
+        (
+            serde_json::json!({"action_type": "MOVE_TO", "x": 1, "y": 1, "screenshot_id": 0}),
+            "screenshot_id",
+        ),
+        (
+            serde_json::json!({"action_type": "MOVE_TO", "x": 1280, "y": 1}),
+            "x",
+        ),
+    ] {
+        let (status, answer) = act(action.clone()).await?;
+        assert_eq!(status, 422, "{action}: {answer}");
+        assert_eq!(
+            answer["detail"][0]["loc"],
+            serde_json::json!(["body", field]),
+            "{action}: {answer}"
+        );
+    }
+    assert_eq!(
+        pointer(&desktop.display)?,
+        (10, 20),
+        "refusals move nothing"
+    );
     Ok(())
 }

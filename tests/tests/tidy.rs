@@ -14,6 +14,8 @@
 //! - `unsafe` is allowed only in [`UNSAFE_ALLOWED`], each time under a `SAFETY:` comment (or a
 //!   `# Safety` section for an `unsafe fn`).
 //! - No `todo!` or `unimplemented!` anywhere.
+//! - sandboxd's capability modules know nothing of its HTTP layer: outside `sandboxd/src/api/`,
+//!   no path goes through `api::` (its wire types included) but in [`API_USERS`].
 //!
 //! Comments and the contents of string literals are blanked before any rule looks at the code,
 //! so a rule's words in prose or in a message never count. Every allow-list entry must still be
@@ -149,6 +151,12 @@ const UNSAFE_ALLOWED: &[(&str, &str)] = &[
     ),
 ];
 
+/// sandboxd's files outside `api/` that may name the HTTP layer, and why.
+const API_USERS: &[(&str, &str)] = &[(
+    "sandboxd/src/lib.rs",
+    "the library root builds the router and serves it",
+)];
+
 /// The clippy configuration that refuses direct spawning.
 const DISALLOWED_METHODS: &[&str] = &[
     "std::process::Command::spawn",
@@ -162,6 +170,11 @@ const DISALLOWED_METHODS: &[&str] = &[
 #[test]
 fn http_stays_in_the_http_layers() {
     report(http_violations(&tree()));
+}
+
+#[test]
+fn sandboxd_capabilities_know_nothing_of_its_api() {
+    report(api_layer_violations(&tree()));
 }
 
 #[test]
@@ -256,6 +269,23 @@ fn the_rules_catch_planted_violations() {
         "fn f() {\n    #[allow(unsafe_code)]\n    unsafe { g() }\n}\n",
     ));
     assert_eq!(unsafe_code.len(), 2, "{unsafe_code:?}");
+
+    let layering = api_layer_violations(&planted(
+        "sandboxd/src/system_info.rs",
+        "use crate::api::types::SandboxContext;\nuse crate::{config, apis::x};\n// crate::api\n",
+    ));
+    assert_eq!(layering.len(), 1, "{layering:?}");
+    assert!(
+        layering[0].starts_with("sandboxd/src/system_info.rs:1:"),
+        "{layering:?}"
+    );
+    assert_eq!(
+        api_layer_violations(&planted(
+            "sandboxd/src/api/sandbox.rs",
+            "use crate::api::types::SandboxContext;\n",
+        )),
+        Vec::<String>::new()
+    );
 
     let placeholders = placeholder_violations(&planted(
         "agent/src/x.rs",
@@ -445,6 +475,34 @@ fn unsafe_violations(files: &[SourceFile]) -> Vec<String> {
     }
     if files.len() > 1 {
         stale("UNSAFE_ALLOWED", UNSAFE_ALLOWED, &used, &mut problems);
+    }
+    problems
+}
+
+fn api_layer_violations(files: &[SourceFile]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut used = vec![false; API_USERS.len()];
+    for file in files {
+        if !file.path.starts_with("sandboxd/src/") || file.path.starts_with("sandboxd/src/api/") {
+            continue;
+        }
+        let allowance = API_USERS.iter().position(|(path, _)| file.path == *path);
+        for (number, line) in file.code_lines() {
+            if !find_word(line, "api").any(|end| line[end..].starts_with("::")) {
+                continue;
+            }
+            match allowance {
+                Some(index) => used[index] = true,
+                None => problems.push(format!(
+                    "{}:{number}: a capability module reaches into the HTTP layer (`api::`); \
+                     return a type of its own and let api/ map it to the wire",
+                    file.path
+                )),
+            }
+        }
+    }
+    if files.len() > 1 {
+        stale("API_USERS", API_USERS, &used, &mut problems);
     }
     problems
 }

@@ -13,7 +13,7 @@ use super::extract::ApiJson;
 use super::types::{ApiKey, CreateKeyRequest, CreatedKey, ErrorBody, KeyList};
 use crate::auth::Caller;
 use crate::db::ApiKeyRecord;
-use crate::secret::rfc3339;
+use agentbox_http::timestamp::rfc3339_from_unix_ms;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -34,8 +34,8 @@ fn to_wire(record: &ApiKeyRecord) -> ApiKey {
         id: record.id.clone(),
         name: record.name.clone(),
         admin: record.is_admin,
-        created_at: rfc3339(record.created_at),
-        revoked_at: record.revoked_at.map(rfc3339),
+        created_at: rfc3339_from_unix_ms(record.created_at),
+        revoked_at: record.revoked_at.map(rfc3339_from_unix_ms),
     }
 }
 

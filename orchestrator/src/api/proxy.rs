@@ -373,7 +373,7 @@ async fn vnc_session(
     let body = serde_json::json!({
         "sandbox_id": id,
         "scope": claims.scope.as_str(),
-        "expires_at": crate::secret::rfc3339(claims.exp),
+        "expires_at": agentbox_http::timestamp::rfc3339_from_unix_ms(claims.exp),
     });
     Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
 }

@@ -18,7 +18,7 @@ use super::types::{
 use crate::auth::Caller;
 use crate::db::{SandboxRecord, SandboxStatus};
 use crate::sandboxes::CreateSpec;
-use crate::secret::rfc3339;
+use agentbox_http::timestamp::rfc3339_from_unix_ms;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -37,10 +37,10 @@ pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
         id: record.id.clone(),
         status: record.status.as_str().into(),
         image: record.image.clone(),
-        created_at: rfc3339(record.created_at),
-        ready_at: record.ready_at.map(rfc3339),
-        expires_at: rfc3339(record.expires_at),
-        last_active_at: rfc3339(
+        created_at: rfc3339_from_unix_ms(record.created_at),
+        ready_at: record.ready_at.map(rfc3339_from_unix_ms),
+        expires_at: rfc3339_from_unix_ms(record.expires_at),
+        last_active_at: rfc3339_from_unix_ms(
             state
                 .sandboxes
                 .activity()

@@ -12,7 +12,7 @@ use super::error::ApiError;
 use super::extract::ApiJson;
 use super::types::{CreateTokenRequest, ErrorBody, Revoked, Token};
 use crate::auth::Caller;
-use crate::secret::rfc3339;
+use agentbox_http::timestamp::rfc3339_from_unix_ms;
 
 /// Token lifetime when the request gives none.
 pub const DEFAULT_TTL_SECS: i64 = 900;
@@ -57,7 +57,7 @@ pub async fn create(
             id: record.id,
             token,
             scope: record.scope,
-            expires_at: rfc3339(record.expires_at),
+            expires_at: rfc3339_from_unix_ms(record.expires_at),
         }),
     ))
 }

@@ -188,6 +188,16 @@ pub struct ShellSessionStats {
     pub usage_ratio: f64,
 }
 
+/// Whether a shell session is running a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ShellSessionStatus {
+    /// A command is running.
+    Running,
+    /// No command is running.
+    Idle,
+}
+
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct ShellSessionInfo {
     pub working_dir: String,
@@ -195,8 +205,7 @@ pub struct ShellSessionInfo {
     pub created_at: String,
     pub last_used_at: String,
     pub age_seconds: u64,
-    /// `running` or `idle`.
-    pub status: String,
+    pub status: ShellSessionStatus,
     /// The latest command, running or not.
     pub current_command: Option<String>,
 }
@@ -222,12 +231,26 @@ pub struct TerminalQuery {
     pub session_id: Option<String>,
 }
 
+/// The `type` of a message from the terminal WebSocket's client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminalClientMessageKind {
+    /// `data` is text to type.
+    Input,
+    /// `data` is the new size, `{"cols", "rows"}`.
+    Resize,
+    /// The answer to sandboxd's `ping`; ignored.
+    Pong,
+    /// Ignored.
+    Ping,
+}
+
 /// A message from the terminal WebSocket's client: `{"type": "input" | "resize" | "pong" |
 /// "ping", "data": ...}`. Input data is text to type; resize data is `{"cols", "rows"}`.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct TerminalClientMessage {
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: TerminalClientMessageKind,
     #[serde(default)]
     #[schema(value_type = Object)]
     pub data: serde_json::Value,
@@ -260,4 +283,32 @@ pub struct TerminalReady {
     pub pid: i32,
     pub cols: u16,
     pub rows: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_message_types_are_read_as_sent_and_no_other_way() {
+        for (text, kind) in [
+            ("input", TerminalClientMessageKind::Input),
+            ("resize", TerminalClientMessageKind::Resize),
+            ("pong", TerminalClientMessageKind::Pong),
+            ("ping", TerminalClientMessageKind::Ping),
+        ] {
+            let message: TerminalClientMessage =
+                serde_json::from_value(serde_json::json!({"type": text})).expect(text);
+            assert_eq!(message.kind, kind);
+            assert_eq!(message.data, serde_json::Value::Null);
+            assert_eq!(serde_json::to_value(kind).expect(text), text);
+        }
+        for refused in ["Input", "RESIZE", "launch", ""] {
+            let error = serde_json::from_value::<TerminalClientMessage>(
+                serde_json::json!({"type": refused}),
+            )
+            .expect_err(refused);
+            assert!(error.to_string().contains("input"), "{error}");
+        }
+    }
 }

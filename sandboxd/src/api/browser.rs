@@ -24,6 +24,7 @@ use super::types::{
     ScrollRequest, ScrollResult, ScrollToRequest, SnapshotButton, SnapshotCounts, SnapshotInput,
     SnapshotLink, TabItem, TypeRequest, WaitRequest, WaitResult,
 };
+use super::validate::{self, SecondsRange};
 use crate::browser::{
     self, BrowserError, Button, Condition, ElementState, Evaluation, ImageFormat, PageState,
     ScreenshotOptions, Target, WaitUntil,
@@ -35,6 +36,11 @@ const MIN_TIMEOUT_SECS: f64 = 0.001;
 const MAX_TIMEOUT_SECS: f64 = 300.0;
 /// `timeout` when none is given, in seconds.
 const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
+/// What a `timeout` accepts: at least a millisecond (a smaller one could not be met), at most
+/// [`MAX_TIMEOUT_SECS`].
+const TIMEOUT_RANGE: SecondsRange = SecondsRange::from_to(MIN_TIMEOUT_SECS, MAX_TIMEOUT_SECS);
+/// The highest index of a selector's matches a call may name.
+const MAX_MATCH_INDEX: i64 = 10_000;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -128,46 +134,13 @@ impl From<types::ElementState> for ElementState {
     }
 }
 
-/// A `timeout`-like field in seconds: at least a millisecond (a smaller one could not be met),
-/// at most [`MAX_TIMEOUT_SECS`].
-fn seconds(field: &str, value: Option<f64>, default: f64) -> Result<Duration, ApiError> {
-    let secs = value.unwrap_or(default);
-    if !secs.is_finite() || !(MIN_TIMEOUT_SECS..=MAX_TIMEOUT_SECS).contains(&secs) {
-        return Err(ApiError::invalid(
-            field,
-            format!(
-                "`{field}` is in seconds and must be from {MIN_TIMEOUT_SECS} to {MAX_TIMEOUT_SECS}, got {secs}"
-            ),
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// An integer field that may arrive as a float (`1.0`).
-fn integer(
-    field: &str,
-    value: Option<f64>,
-    default: i64,
-    min: i64,
-    max: i64,
-) -> Result<i64, ApiError> {
-    let Some(v) = value else {
-        return Ok(default);
-    };
-    if v.fract() != 0.0 || !(min as f64..=max as f64).contains(&v) {
-        return Err(ApiError::invalid(
-            field,
-            format!("`{field}` must be a whole number from {min} to {max}, got {v}"),
-        ));
-    }
-    Ok(v as i64)
-}
-
-fn required<'a>(field: &str, value: &'a Option<String>) -> Result<&'a str, ApiError> {
-    match value.as_deref().map(str::trim) {
-        Some(v) if !v.is_empty() => Ok(v),
-        _ => Err(ApiError::invalid(field, format!("`{field}` is required"))),
-    }
+/// A call's `timeout` field (seconds; [`DEFAULT_TIMEOUT_SECS`] when absent).
+fn call_timeout(value: Option<f64>) -> Result<Duration, ApiError> {
+    validate::seconds(
+        "timeout",
+        value.unwrap_or(DEFAULT_TIMEOUT_SECS),
+        TIMEOUT_RANGE,
+    )
 }
 
 fn state_result(state: PageState) -> PageStateResult {
@@ -253,10 +226,8 @@ pub async fn navigate(
     AioJson(request): AioJson<NavigateRequest>,
 ) -> Result<Json<Envelope<PageStateResult>>, ApiError> {
     let until = request.wait_until.map_or(WaitUntil::Load, WaitUntil::from);
-    let limit = seconds("timeout", request.timeout, DEFAULT_TIMEOUT_SECS)?;
-    if request.url.trim().is_empty() {
-        return Err(ApiError::invalid("url", "`url` must not be empty"));
-    }
+    let limit = call_timeout(request.timeout)?;
+    validate::not_blank("url", &request.url)?;
     let result = state.browser.navigate(&request.url, until, limit).await?;
     Ok(Json(Envelope::ok(state_result(result))))
 }
@@ -357,7 +328,7 @@ pub async fn screenshot(
     AioQuery(query): AioQuery<ScreenshotQuery>,
 ) -> Result<Response, ApiError> {
     let format = query.format.map_or(ImageFormat::Png, ImageFormat::from);
-    let quality = super::desktop::jpeg_quality(query.quality)?;
+    let quality = validate::jpeg_quality(query.quality)?;
     let shot = state
         .browser
         .screenshot(ScreenshotOptions {
@@ -458,18 +429,16 @@ fn mouse_target(
         )),
         (Some(selector), None, None) => Ok(Target::Selector {
             selector: selector.to_string(),
-            index: integer("index", index, 0, 0, 10_000)? as usize,
+            index: validate::whole_number("index", index, 0, 0..=MAX_MATCH_INDEX)? as usize,
         }),
         (None, Some(x), Some(y)) => {
-            for (field, v) in [("x", x), ("y", y)] {
-                if !v.is_finite() || !(0.0..=100_000.0).contains(&v) {
-                    return Err(ApiError::invalid(
-                        field,
-                        format!("`{field}` must be a coordinate from 0 in CSS pixels, got {v}"),
-                    ));
-                }
-            }
-            Ok(Target::Point { x, y })
+            let coordinate = |field, v| {
+                validate::number(field, v, 0.0..=100_000.0, "a coordinate in CSS pixels")
+            };
+            Ok(Target::Point {
+                x: coordinate("x", x)?,
+                y: coordinate("y", y)?,
+            })
         }
         (None, Some(_), None) => Err(ApiError::invalid("y", "`y` is required with `x`")),
         (None, None, Some(_)) => Err(ApiError::invalid("x", "`x` is required with `y`")),
@@ -504,7 +473,7 @@ pub async fn click(
 ) -> Result<Json<Envelope<PointerResult>>, ApiError> {
     let target = mouse_target(&request.selector, request.index, request.x, request.y)?;
     let button = request.button.map_or(Button::Left, Button::from);
-    let count = integer("click_count", request.click_count, 1, 1, 3)? as u8;
+    let count = validate::whole_number("click_count", request.click_count, 1, 1..=3)? as u8;
     let pointed = state.browser.click(&target, button, count).await?;
     Ok(Json(Envelope::ok(pointer_result(pointed))))
 }
@@ -522,17 +491,9 @@ pub async fn hover(
     Ok(Json(Envelope::ok(pointer_result(pointed))))
 }
 
-fn bounded_text<'a>(field: &str, text: &'a str) -> Result<&'a str, ApiError> {
-    if text.chars().count() > browser::input::MAX_TYPED_CHARS {
-        return Err(ApiError::invalid(
-            field,
-            format!(
-                "`{field}` is longer than {} characters",
-                browser::input::MAX_TYPED_CHARS
-            ),
-        ));
-    }
-    Ok(text)
+/// Text typed or filled in: at most [`browser::input::MAX_TYPED_CHARS`] characters.
+fn typed_text<'a>(field: &str, text: &'a str) -> Result<&'a str, ApiError> {
+    validate::at_most_chars(field, text, browser::input::MAX_TYPED_CHARS)
 }
 
 /// Replaces the content of an input, textarea or editable element with `text`.
@@ -547,9 +508,9 @@ pub async fn fill(
     State(state): State<AppState>,
     AioJson(request): AioJson<FillRequest>,
 ) -> Result<Json<Envelope<()>>, ApiError> {
-    let selector = required("selector", &request.selector)?;
-    let index = integer("index", request.index, 0, 0, 10_000)? as usize;
-    let text = bounded_text("text", &request.text)?;
+    let selector = validate::required_text("selector", &request.selector)?;
+    let index = validate::whole_number("index", request.index, 0, 0..=MAX_MATCH_INDEX)? as usize;
+    let text = typed_text("text", &request.text)?;
     state.browser.fill(selector, index, text).await?;
     Ok(done(format!("filled {selector}")))
 }
@@ -562,14 +523,13 @@ pub async fn type_text(
     State(state): State<AppState>,
     AioJson(request): AioJson<TypeRequest>,
 ) -> Result<Json<Envelope<()>>, ApiError> {
-    let text = bounded_text("text", &request.text)?;
-    let delay = request.delay.unwrap_or(0.0);
-    if !delay.is_finite() || !(0.0..=1000.0).contains(&delay) {
-        return Err(ApiError::invalid(
-            "delay",
-            format!("`delay` is in milliseconds and must be from 0 to 1000, got {delay}"),
-        ));
-    }
+    let text = typed_text("text", &request.text)?;
+    let delay = validate::number(
+        "delay",
+        request.delay.unwrap_or(0.0),
+        0.0..=1000.0,
+        "a number of milliseconds",
+    )?;
     let chars = text.chars().count();
     if delay * chars as f64 > MAX_TIMEOUT_SECS * 1000.0 {
         return Err(ApiError::invalid(
@@ -634,13 +594,12 @@ pub async fn scroll(
     State(state): State<AppState>,
     AioJson(request): AioJson<ScrollRequest>,
 ) -> Result<Json<Envelope<ScrollResult>>, ApiError> {
-    let amount = request.amount.unwrap_or(300.0);
-    if !amount.is_finite() || !(0.0..=1_000_000.0).contains(&amount) {
-        return Err(ApiError::invalid(
-            "amount",
-            format!("`amount` must be from 0 to 1000000 pixels, got {amount}"),
-        ));
-    }
+    let amount = validate::number(
+        "amount",
+        request.amount.unwrap_or(300.0),
+        0.0..=1_000_000.0,
+        "a number of CSS pixels",
+    )?;
     let (dx, dy) = match request.direction.unwrap_or(ScrollDirection::Down) {
         ScrollDirection::Down => (0.0, amount),
         ScrollDirection::Up => (0.0, -amount),
@@ -663,17 +622,13 @@ pub async fn scroll_to(
     State(state): State<AppState>,
     AioJson(request): AioJson<ScrollToRequest>,
 ) -> Result<Json<Envelope<ScrollResult>>, ApiError> {
-    for (field, v) in [("x", request.x), ("y", request.y)] {
-        if let Some(v) = v
-            && (!v.is_finite() || v < 0.0)
-        {
-            return Err(ApiError::invalid(
-                field,
-                format!("`{field}` must be a position from 0, got {v}"),
-            ));
-        }
-    }
-    let position = state.browser.scroll_to(request.x, request.y).await?;
+    let checked = |field, value: Option<f64>| {
+        value
+            .map(|v| validate::number(field, v, 0.0..=f64::INFINITY, "a position in CSS pixels"))
+            .transpose()
+    };
+    let (x, y) = (checked("x", request.x)?, checked("y", request.y)?);
+    let position = state.browser.scroll_to(x, y).await?;
     Ok(Json(Envelope::ok(ScrollResult {
         target: position.target,
         x: position.x,
@@ -693,13 +648,8 @@ pub async fn evaluate(
     State(state): State<AppState>,
     AioJson(request): AioJson<EvaluateRequest>,
 ) -> Result<Json<Envelope<serde_json::Value>>, ApiError> {
-    if request.expression.trim().is_empty() {
-        return Err(ApiError::invalid(
-            "expression",
-            "`expression` must not be empty",
-        ));
-    }
-    let limit = seconds("timeout", request.timeout, DEFAULT_TIMEOUT_SECS)?;
+    validate::not_blank("expression", &request.expression)?;
+    let limit = call_timeout(request.timeout)?;
     match state.browser.evaluate(&request.expression, limit).await? {
         Evaluation::Value(value) => Ok(Json(Envelope::ok(value))),
         Evaluation::Exception(message) => Ok(Json(Envelope {
@@ -724,11 +674,11 @@ pub async fn wait(
     State(state): State<AppState>,
     AioJson(request): AioJson<WaitRequest>,
 ) -> Result<Json<Envelope<WaitResult>>, ApiError> {
-    let limit = seconds("timeout", request.timeout, DEFAULT_TIMEOUT_SECS)?;
+    let limit = call_timeout(request.timeout)?;
     let kind = request.kind;
     let condition = match kind {
         WaitKind::Selector => Condition::Selector {
-            selector: required("selector", &request.selector)?.to_string(),
+            selector: validate::required_text("selector", &request.selector)?.to_string(),
             state: request
                 .state
                 .map_or(ElementState::Visible, ElementState::from),
@@ -745,16 +695,16 @@ pub async fn wait(
         }
         WaitKind::NetworkIdle => Condition::NetworkIdle,
         WaitKind::Function => {
-            let expression = required("expression", &request.expression)?.to_string();
-            let polling = request
-                .polling
-                .unwrap_or(browser::wait::DEFAULT_POLLING.as_millis() as f64);
-            if !polling.is_finite() || polling < 0.0 {
-                return Err(ApiError::invalid(
-                    "polling",
-                    format!("`polling` is in milliseconds and must be positive, got {polling}"),
-                ));
-            }
+            let expression =
+                validate::required_text("expression", &request.expression)?.to_string();
+            let polling = validate::number(
+                "polling",
+                request
+                    .polling
+                    .unwrap_or(browser::wait::DEFAULT_POLLING.as_millis() as f64),
+                0.0..=f64::INFINITY,
+                "a number of milliseconds",
+            )?;
             let polling = Duration::from_secs_f64(polling / 1000.0)
                 .clamp(browser::wait::MIN_POLLING, browser::wait::MAX_POLLING);
             Condition::Function {
@@ -883,20 +833,15 @@ mod tests {
     #[test]
     fn field_validation_names_the_field() {
         assert!(
-            seconds("timeout", Some(30000.0), 30.0)
+            call_timeout(Some(30000.0))
                 .unwrap_err()
                 .message
                 .contains("timeout")
         );
-        assert!(seconds("timeout", Some(0.0), 30.0).is_err());
+        assert!(call_timeout(Some(0.0)).is_err());
         // Positive but too small to be met: refused, not a certain 504.
-        assert!(seconds("timeout", Some(3.9e-140), 30.0).is_err());
-        assert_eq!(
-            seconds("timeout", None, 30.0).unwrap(),
-            Duration::from_secs(30)
-        );
-        assert_eq!(integer("click_count", Some(2.0), 1, 1, 3).unwrap(), 2);
-        assert!(integer("click_count", Some(1.5), 1, 1, 3).is_err());
+        assert!(call_timeout(Some(3.9e-140)).is_err());
+        assert_eq!(call_timeout(None).unwrap(), Duration::from_secs(30));
         let err = mouse_target(&None, None, Some(1.0), None).unwrap_err();
         assert_eq!(err.loc.unwrap(), vec!["body", "y"]);
         assert!(matches!(

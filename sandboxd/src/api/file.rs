@@ -8,8 +8,8 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::time::SystemTime;
 
+use agentbox_http::timestamp::rfc3339;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Request, State};
@@ -343,7 +343,9 @@ pub async fn glob(
                 name: e.name,
                 is_directory: e.meta.kind == Kind::Directory,
                 size: with_metadata.then_some(e.meta.size),
-                modified_time: with_metadata.then(|| rfc3339(e.meta.modified)).flatten(),
+                modified_time: with_metadata
+                    .then(|| e.meta.modified.map(rfc3339))
+                    .flatten(),
             })
             .collect(),
         total_count: outcome.total_count as u64,
@@ -395,7 +397,7 @@ pub async fn list(
                 is_directory: e.meta.kind == Kind::Directory,
                 is_symlink: e.meta.kind == Kind::Symlink,
                 size: (include_size && e.meta.kind != Kind::Directory).then_some(e.meta.size),
-                modified_time: rfc3339(e.meta.modified),
+                modified_time: e.meta.modified.map(rfc3339),
                 permissions: include_permissions.then(|| e.meta.permissions_text()),
                 extension: e.extension,
                 name: e.name,
@@ -774,10 +776,6 @@ fn content_disposition(name: &str) -> String {
 
 fn shown(path: &Path) -> String {
     path.to_string_lossy().into_owned()
-}
-
-fn rfc3339(time: Option<SystemTime>) -> Option<String> {
-    time.map(|t| humantime::format_rfc3339_seconds(t).to_string())
 }
 
 fn to_usize(value: u64) -> usize {

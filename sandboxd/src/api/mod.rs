@@ -2,8 +2,9 @@
 //!
 //! Layout: one file per resource, each exporting `routes()` (an [`OpenApiRouter`] whose handlers
 //! carry `#[utoipa::path]`, so the OpenAPI document at `/v1/openapi.json` is generated from the
-//! code); [`types`] holds every type on the wire; [`extract`] parses requests; [`error`] renders
-//! failures; [`auth`] checks the API key.
+//! code); [`types`] holds every type on the wire; [`extract`] parses requests; [`validate`]
+//! checks fields the types cannot (ranges, lengths, paths); [`error`] renders failures; [`auth`]
+//! checks the API key.
 //!
 //! **Invariant:** only this module knows JSON shapes and status codes; it calls into the
 //! supervisor and the capability modules, which know nothing of HTTP.
@@ -24,6 +25,7 @@ pub mod sandbox;
 pub mod shell;
 pub mod tickets;
 pub mod types;
+pub mod validate;
 pub mod vnc;
 
 use std::sync::Arc;

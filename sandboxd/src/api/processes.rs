@@ -1,7 +1,6 @@
 //! The supervisor's state table and per-program control.
 
-use std::time::SystemTime;
-
+use agentbox_http::timestamp::rfc3339;
 use axum::Json;
 use axum::extract::{Path, State};
 use supervisor::{ExitStatus, ProgramStatus};
@@ -87,10 +86,6 @@ fn current(state: &AppState, name: &str) -> Result<Json<Envelope<ProcessInfo>>, 
         .ok_or_else(|| ApiError::not_found(format!("no program named {name:?}")))
 }
 
-fn rfc3339(time: Option<SystemTime>) -> Option<String> {
-    time.map(|t| humantime::format_rfc3339_millis(t).to_string())
-}
-
 fn process_info(p: &ProgramStatus) -> ProcessInfo {
     ProcessInfo {
         name: p.name.clone(),
@@ -101,8 +96,8 @@ fn process_info(p: &ProgramStatus) -> ProcessInfo {
         uptime_secs: p
             .uptime()
             .map(|d| (d.as_secs_f64() * 1000.0).round() / 1000.0),
-        started_at: rfc3339(p.started_at),
-        ready_at: rfc3339(p.ready_at),
+        started_at: p.started_at.map(rfc3339),
+        ready_at: p.ready_at.map(rfc3339),
         last_exit: p.last_exit.map(|exit| ExitInfo {
             code: match exit {
                 ExitStatus::Code(code) => Some(code),

@@ -4,9 +4,10 @@
 
 mod terminal;
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+use agentbox_http::timestamp::rfc3339;
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -22,9 +23,10 @@ use super::types::{
     ActiveShellSessionsResult, BashCommandStatus, ConsoleRecord, Envelope, ErrorBody,
     ShellCleanupResult, ShellCommandResult, ShellCreateSessionRequest, ShellCreateSessionResponse,
     ShellExecRequest, ShellKillResult, ShellSessionInfo, ShellSessionRequest, ShellSessionSettings,
-    ShellSessionStats, ShellUpdateSessionRequest, ShellViewResult, ShellWaitRequest,
-    ShellWaitResult, ShellWriteRequest, ShellWriteResult,
+    ShellSessionStats, ShellSessionStatus, ShellUpdateSessionRequest, ShellViewResult,
+    ShellWaitRequest, ShellWaitResult, ShellWriteRequest, ShellWriteResult,
 };
+use super::validate::{self, SecondsRange};
 use crate::shell::{
     CommandRequest, CommandStatus, Job, NewSession, Session, ShellError, StopReason,
     TRUNCATE_CHARS, WaitEnd,
@@ -32,6 +34,10 @@ use crate::shell::{
 
 /// Longest accepted timeout, in seconds (a week).
 const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+/// What a timeout accepts: a positive number of seconds, at most a week.
+const TIMEOUT_RANGE: SecondsRange = SecondsRange::above(0.0, MAX_SECONDS);
+/// What a wait accepts: zero (look and answer) or more seconds, at most a week.
+const WAIT_RANGE: SecondsRange = SecondsRange::from_to(0.0, MAX_SECONDS);
 /// Longest command line: what one exec argument may hold on Linux (MAX_ARG_STRLEN), less room.
 const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1024;
 /// Longest wait for the previous command of a session to finish saving the session's state.
@@ -114,15 +120,20 @@ pub async fn run_exec(
     request: ShellExecRequest,
 ) -> Result<Envelope<ShellCommandResult>, ApiError> {
     let command = validate_command(request.command)?;
-    let timeout = seconds("timeout", request.timeout)?;
-    let hard_timeout = seconds("hard_timeout", request.hard_timeout)?;
-    let no_change = seconds("no_change_timeout", request.no_change_timeout)?;
+    let timeout = validate::optional_seconds("timeout", request.timeout, TIMEOUT_RANGE)?;
+    let hard_timeout =
+        validate::optional_seconds("hard_timeout", request.hard_timeout, TIMEOUT_RANGE)?;
+    let no_change = validate::optional_seconds(
+        "no_change_timeout",
+        request.no_change_timeout,
+        TIMEOUT_RANGE,
+    )?;
     let id = request.id.map(|id| session_id("id", id)).transpose()?;
     let mut hint = None;
     let exec_dir = match request.exec_dir {
         None => None,
         Some(dir) => {
-            let dir = absolute_path("exec_dir", dir)?;
+            let dir = validate::absolute_path("exec_dir", dir)?;
             if dir.is_dir() {
                 Some(dir)
             } else if request.strict == Some(true) {
@@ -223,8 +234,9 @@ pub async fn wait(
     State(state): State<AppState>,
     AioJson(request): AioJson<ShellWaitRequest>,
 ) -> Result<Json<Envelope<ShellWaitResult>>, ApiError> {
-    let seconds_limit = wait_seconds("seconds", request.seconds)?;
-    let max_limit = wait_seconds("max_wait_seconds", request.max_wait_seconds)?;
+    let seconds_limit = validate::optional_seconds("seconds", request.seconds, WAIT_RANGE)?;
+    let max_limit =
+        validate::optional_seconds("max_wait_seconds", request.max_wait_seconds, WAIT_RANGE)?;
     let session = state.shell.session(&request.id)?;
     let Some(job) = session.current_job() else {
         return Ok(Json(Envelope::ok(ShellWaitResult {
@@ -260,12 +272,7 @@ pub async fn write(
     State(state): State<AppState>,
     AioJson(request): AioJson<ShellWriteRequest>,
 ) -> Result<Json<Envelope<ShellWriteResult>>, ApiError> {
-    if request.input.len() > MAX_INPUT_BYTES {
-        return Err(ApiError::invalid(
-            "input",
-            format!("input is longer than {MAX_INPUT_BYTES} bytes"),
-        ));
-    }
+    validate::at_most_bytes("input", &request.input, MAX_INPUT_BYTES)?;
     let session = state.shell.session(&request.id)?;
     let job = session
         .current_job()
@@ -323,11 +330,15 @@ pub async fn create_session(
     AioJson(request): AioJson<ShellCreateSessionRequest>,
 ) -> Result<Json<Envelope<ShellCreateSessionResponse>>, ApiError> {
     let id = request.id.map(|id| session_id("id", id)).transpose()?;
-    let no_change_timeout = seconds("no_change_timeout", request.no_change_timeout)?;
+    let no_change_timeout = validate::optional_seconds(
+        "no_change_timeout",
+        request.no_change_timeout,
+        TIMEOUT_RANGE,
+    )?;
     let working_dir = match request.exec_dir {
         None => None,
         Some(dir) => {
-            let dir = absolute_path("exec_dir", dir)?;
+            let dir = validate::absolute_path("exec_dir", dir)?;
             if !dir.is_dir() {
                 return Err(ApiError::invalid(
                     "exec_dir",
@@ -360,7 +371,11 @@ pub async fn update_session(
     State(state): State<AppState>,
     AioJson(request): AioJson<ShellUpdateSessionRequest>,
 ) -> Result<Json<Envelope<ShellSessionSettings>>, ApiError> {
-    let timeout = seconds("no_change_timeout", request.no_change_timeout)?;
+    let timeout = validate::optional_seconds(
+        "no_change_timeout",
+        request.no_change_timeout,
+        TIMEOUT_RANGE,
+    )?;
     let session = state.shell.session(&request.id)?;
     if let Some(timeout) = timeout {
         session.set_no_change_timeout(timeout);
@@ -408,7 +423,11 @@ pub async fn list_sessions(
                     created_at: rfc3339(info.created_at),
                     last_used_at: rfc3339(info.last_used_at),
                     age_seconds: info.age.as_secs(),
-                    status: if info.running { "running" } else { "idle" }.to_string(),
+                    status: if info.running {
+                        ShellSessionStatus::Running
+                    } else {
+                        ShellSessionStatus::Idle
+                    },
                     current_command: info.current_command,
                 },
             )
@@ -495,10 +514,6 @@ fn wire_status(status: CommandStatus) -> BashCommandStatus {
     }
 }
 
-fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
 fn validate_command(command: String) -> Result<String, ApiError> {
     if command.trim().is_empty() {
         return Err(ApiError::invalid("command", "command must not be empty"));
@@ -523,61 +538,5 @@ fn validate_command(command: String) -> Result<String, ApiError> {
 
 /// A session or terminal id: 1 to 128 characters, no control characters.
 pub(super) fn session_id(field: &str, id: String) -> Result<String, ApiError> {
-    if id.is_empty() || id.chars().count() > crate::shell::MAX_ID_LEN {
-        return Err(ApiError::invalid(
-            field,
-            format!(
-                "{field} must be 1 to {} characters long",
-                crate::shell::MAX_ID_LEN
-            ),
-        ));
-    }
-    if id.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} must not contain control characters"),
-        ));
-    }
-    Ok(id)
-}
-
-/// A positive number of seconds, at most a week.
-fn seconds(field: &str, value: Option<f64>) -> Result<Option<Duration>, ApiError> {
-    match value {
-        None => Ok(None),
-        Some(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => {
-            Ok(Some(Duration::from_secs_f64(v)))
-        }
-        Some(v) => Err(ApiError::invalid(
-            field,
-            format!(
-                "{field} must be a number of seconds above 0 and at most {MAX_SECONDS}, got {v}"
-            ),
-        )),
-    }
-}
-
-/// Zero or more seconds, at most a week.
-fn wait_seconds(field: &str, value: Option<f64>) -> Result<Option<Duration>, ApiError> {
-    match value {
-        Some(0.0) => Ok(Some(Duration::ZERO)),
-        other => seconds(field, other),
-    }
-}
-
-fn absolute_path(field: &str, path: String) -> Result<PathBuf, ApiError> {
-    if path.contains('\0') {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} must not contain NUL characters"),
-        ));
-    }
-    let path = PathBuf::from(path);
-    if !path.is_absolute() {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} must be an absolute path, got {}", path.display()),
-        ));
-    }
-    Ok(path)
+    validate::identifier(field, id, crate::shell::MAX_ID_LEN)
 }

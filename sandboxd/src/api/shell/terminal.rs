@@ -19,8 +19,8 @@ use super::super::AppState;
 use super::super::error::ApiError;
 use super::super::extract::AioQuery;
 use super::super::types::{
-    ErrorBody, TerminalClientMessage, TerminalQuery, TerminalReady, TerminalResize,
-    TerminalServerMessage,
+    ErrorBody, TerminalClientMessage, TerminalClientMessageKind, TerminalQuery, TerminalReady,
+    TerminalResize, TerminalServerMessage,
 };
 use crate::shell::{Terminal, TerminalSize};
 
@@ -210,12 +210,12 @@ async fn send(socket: &mut WebSocket, message: &TerminalServerMessage) -> bool {
 fn parse(text: &str) -> Result<Request, String> {
     let message: TerminalClientMessage =
         serde_json::from_str(text).map_err(|e| format!("invalid message: {e}"))?;
-    match message.kind.as_str() {
-        "input" => match message.data {
+    match message.kind {
+        TerminalClientMessageKind::Input => match message.data {
             serde_json::Value::String(data) => Ok(Request::Input(data.into_bytes())),
             _ => Err("input: `data` must be a string".into()),
         },
-        "resize" => {
+        TerminalClientMessageKind::Resize => {
             let size: TerminalResize = serde_json::from_value(message.data)
                 .map_err(|e| format!("resize: `data` must be {{\"cols\": N, \"rows\": N}}: {e}"))?;
             let dimension = |name: &str, value: f64| {
@@ -232,10 +232,7 @@ fn parse(text: &str) -> Result<Request, String> {
                 rows: dimension("rows", size.rows)?,
             }))
         }
-        "pong" | "ping" => Ok(Request::Nothing),
-        other => Err(format!(
-            "unknown message type {other:?} (expected input, resize or pong)"
-        )),
+        TerminalClientMessageKind::Pong | TerminalClientMessageKind::Ping => Ok(Request::Nothing),
     }
 }
 
