@@ -12,6 +12,8 @@
 //!   which browsers open cross-origin without asking anyone).
 //! - [`unread_body`]: the layer that drains a request body the handler left unread, or
 //!   announces `Connection: close`, so a refusal does not break a client's pooled connection.
+//! - [`plumbing`]: the fallbacks, request ids and unread-body layer around a server's routes,
+//!   in one order for both servers.
 //!
 //! **Invariant:** this crate knows HTTP and WebSockets but nothing of sandboxes, keys or the
 //! routes of either server.
@@ -21,6 +23,7 @@ pub mod fallback;
 pub mod logging;
 pub mod openapi;
 pub mod origin;
+pub mod plumbing;
 pub mod request_id;
 pub mod unread_body;
 pub mod ws;
