@@ -1,5 +1,6 @@
 //! The answers for requests no route takes: an unknown path (404) and a known path with a
-//! method it does not serve (405). Each server renders a [`RouteError`] in its own error shape:
+//! method it does not serve (405). Each server renders a [`RouteError`] in its own error shape;
+//! [`crate::plumbing::wrap`] installs both handlers with the server's error type:
 //!
 //! ```ignore
 //! router

@@ -13,6 +13,8 @@
 //! - [`timestamp`]: instants on the wire, RFC 3339 in UTC with milliseconds.
 //! - [`unread_body`]: the layer that drains a request body the handler left unread, or
 //!   announces `Connection: close`, so a refusal does not break a client's pooled connection.
+//! - [`plumbing`]: the fallbacks, request ids and unread-body layer around a server's routes,
+//!   in one order for both servers.
 //!
 //! **Invariant:** this crate knows HTTP and WebSockets but nothing of sandboxes, keys or the
 //! routes of either server.
@@ -22,6 +24,7 @@ pub mod fallback;
 pub mod logging;
 pub mod openapi;
 pub mod origin;
+pub mod plumbing;
 pub mod request_id;
 pub mod timestamp;
 pub mod unread_body;

@@ -1,6 +1,10 @@
 //! The command line: `orchestrator serve` runs the server; the other commands are a client for
 //! people, talking to a running server (`--url`, `AGENTBOX_URL`) with an API key (`--api-key`,
 //! `AGENTBOX_API_KEY`). Slow steps show progress on a terminal.
+//!
+//! Requests and answers are the API's own wire types ([`crate::api::types`]; for `sandbox exec`,
+//! sandboxd's from [`sandbox_client::types`]), so the command line cannot drift from the server.
+//! An answer that does not decode is an error naming the call, never a panic.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -8,10 +12,19 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
-use serde_json::{Value, json};
+use reqwest::Method;
+use sandbox_client::types::{Envelope, ShellCommandResult, ShellExecRequest};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
+use crate::api::types::{
+    CreateKeyRequest, CreateSandboxRequest, CreateTokenRequest, CreatedKey, ErrorBody, KeyList,
+    Sandbox, SandboxList, Token,
+};
 use crate::config::ServeArgs;
+use crate::tokens::Scope;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -45,8 +58,8 @@ enum Command {
     /// Issue a viewer token and print the noVNC link.
     Token {
         id: String,
-        #[arg(long, default_value = "view", value_parser = ["view", "control"])]
-        scope: String,
+        #[arg(long, default_value = "view", value_parser = scope_parser())]
+        scope: Scope,
         /// Lifetime, seconds.
         #[arg(long, default_value_t = 900)]
         ttl: i64,
@@ -118,6 +131,17 @@ enum KeysCommand {
     Rm { id: String },
 }
 
+/// `view` or `control`, listed as such in `--help`.
+fn scope_parser() -> impl TypedValueParser<Value = Scope> {
+    PossibleValuesParser::new([Scope::View.as_str(), Scope::Control.as_str()]).map(|name| {
+        if name == Scope::Control.as_str() {
+            Scope::Control
+        } else {
+            Scope::View
+        }
+    })
+}
+
 fn parse_pair(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -164,19 +188,24 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(_) => unreachable!("handled above"),
         Command::Sandbox(command) => sandbox(&client, command).await,
         Command::Token { id, scope, ttl } => {
-            let token = client
+            let request = CreateTokenRequest {
+                scope,
+                ttl_secs: Some(ttl),
+            };
+            let token: Token = client
                 .send(
-                    reqwest::Method::POST,
+                    Method::POST,
                     &format!("/v1/sandboxes/{id}/tokens"),
-                    Some(json!({"scope": scope, "ttl_secs": ttl})),
+                    Some(&request),
                 )
-                .await?;
-            println!("{}", token["viewer_url"].as_str().unwrap_or_default());
+                .await?
+                .decode()?;
+            println!("{}", token.viewer_url);
             eprintln!(
                 "token {} ({}), expires {}",
-                token["id"].as_str().unwrap_or(""),
-                scope,
-                token["expires_at"].as_str().unwrap_or("")
+                token.id,
+                scope.as_str(),
+                token.expires_at
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -195,27 +224,28 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
             metadata,
             json,
         } => {
-            let body = json!({
-                "image": image,
-                "resolution": resolution,
-                "idle_timeout_secs": idle_timeout,
-                "max_lifetime_secs": lifetime,
-                "env": env.into_iter().collect::<BTreeMap<_, _>>(),
-                "metadata": metadata.into_iter().collect::<BTreeMap<_, _>>(),
-            });
+            let request = CreateSandboxRequest {
+                image,
+                resolution,
+                idle_timeout_secs: idle_timeout,
+                max_lifetime_secs: lifetime,
+                env: Some(env.into_iter().collect::<BTreeMap<_, _>>()),
+                metadata: Some(metadata.into_iter().collect::<BTreeMap<_, _>>()),
+            };
             let progress = Progress::start("creating sandbox");
             let result = client
-                .send(reqwest::Method::POST, "/v1/sandboxes", Some(body))
+                .send(Method::POST, "/v1/sandboxes", Some(&request))
                 .await;
             progress.finish(result.is_ok());
-            let sandbox = result?;
+            let answer = result?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&sandbox)?);
+                println!("{}", answer.pretty()?);
             } else {
-                println!("{}", sandbox["id"].as_str().unwrap_or_default());
-                eprintln!("api: {}", sandbox["urls"]["api"].as_str().unwrap_or(""));
-                eprintln!("cdp: {}", sandbox["urls"]["cdp"].as_str().unwrap_or(""));
-                eprintln!("expires: {}", sandbox["expires_at"].as_str().unwrap_or(""));
+                let sandbox: Sandbox = answer.decode()?;
+                println!("{}", sandbox.id);
+                eprintln!("api: {}", sandbox.urls.api);
+                eprintln!("cdp: {}", sandbox.urls.cdp);
+                eprintln!("expires: {}", sandbox.expires_at);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -234,36 +264,13 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
                     .map(|(k, v)| (format!("metadata.{k}"), v)),
             );
             let query = serde_urlencoded::to_string(&query)?;
-            let list = client
-                .send(
-                    reqwest::Method::GET,
-                    &format!("/v1/sandboxes?{query}"),
-                    None,
-                )
+            let answer = client
+                .send(Method::GET, &format!("/v1/sandboxes?{query}"), NO_BODY)
                 .await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            println!(
-                "{:<26} {:<9} {:<25} {:<25} METADATA",
-                "ID", "STATUS", "CREATED", "EXPIRES"
-            );
-            for s in list["sandboxes"].as_array().into_iter().flatten() {
-                let metadata = s["metadata"].as_object().map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                        .collect::<Vec<_>>()
-                        .join(",")
-                });
-                println!(
-                    "{:<26} {:<9} {:<25} {:<25} {}",
-                    s["id"].as_str().unwrap_or(""),
-                    s["status"].as_str().unwrap_or(""),
-                    s["created_at"].as_str().unwrap_or(""),
-                    s["expires_at"].as_str().unwrap_or(""),
-                    metadata.unwrap_or_default()
-                );
+                println!("{}", answer.pretty()?);
+            } else {
+                print!("{}", sandbox_table(&answer.decode()?));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -271,11 +278,7 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
             let mut failed = false;
             for id in ids {
                 match client
-                    .send(
-                        reqwest::Method::DELETE,
-                        &format!("/v1/sandboxes/{id}"),
-                        None,
-                    )
+                    .send(Method::DELETE, &format!("/v1/sandboxes/{id}"), NO_BODY)
                     .await
                 {
                     Ok(_) => println!("removed {id}"),
@@ -297,36 +300,29 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
                 .map(|a| shell_quote(a))
                 .collect::<Vec<_>>()
                 .join(" ");
+            let request = ShellExecRequest {
+                command,
+                exec_dir: cwd,
+                ..ShellExecRequest::default()
+            };
             let progress = Progress::start("running");
             let result = client
                 .send(
-                    reqwest::Method::POST,
+                    Method::POST,
                     &format!("/v1/sandboxes/{id}/api/v1/shell/exec"),
-                    Some(json!({"command": command, "exec_dir": cwd})),
+                    Some(&request),
                 )
                 .await;
             progress.finish(result.is_ok());
-            let answer = result?;
-            let data = &answer["data"];
-            if let Some(output) = data["output"].as_str() {
-                print!("{output}");
+            let answer: Envelope<ShellCommandResult> = result?.decode()?;
+            if let Some(result) = &answer.data {
+                print!("{}", result.output);
                 let _ = std::io::stdout().flush();
             }
-            if answer["success"] == Value::Bool(false) {
-                eprintln!(
-                    "{}",
-                    answer["message"].as_str().unwrap_or("the command failed")
-                );
+            if !answer.success {
+                eprintln!("{}", answer.message);
             }
-            let code =
-                data["exit_code"]
-                    .as_i64()
-                    .unwrap_or(if answer["success"] == Value::Bool(true) {
-                        0
-                    } else {
-                        1
-                    });
-            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+            Ok(ExitCode::from(exec_exit_code(&answer)))
         }
     }
 }
@@ -334,44 +330,81 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
 async fn keys(client: &Client, command: KeysCommand) -> anyhow::Result<ExitCode> {
     match command {
         KeysCommand::Create { name, admin } => {
-            let key = client
-                .send(
-                    reqwest::Method::POST,
-                    "/v1/keys",
-                    Some(json!({"name": name, "admin": admin})),
-                )
-                .await?;
-            println!("{}", key["key"].as_str().unwrap_or_default());
-            eprintln!(
-                "key id {} (shown once: store it now)",
-                key["id"].as_str().unwrap_or("")
-            );
+            let request = CreateKeyRequest {
+                name,
+                admin: Some(admin),
+            };
+            let key: CreatedKey = client
+                .send(Method::POST, "/v1/keys", Some(&request))
+                .await?
+                .decode()?;
+            println!("{}", key.key);
+            eprintln!("key id {} (shown once: store it now)", key.api_key.id);
         }
         KeysCommand::Ls => {
-            let list = client.send(reqwest::Method::GET, "/v1/keys", None).await?;
-            println!(
-                "{:<26} {:<6} {:<25} {:<25} NAME",
-                "ID", "ADMIN", "CREATED", "REVOKED"
-            );
-            for k in list["keys"].as_array().into_iter().flatten() {
-                println!(
-                    "{:<26} {:<6} {:<25} {:<25} {}",
-                    k["id"].as_str().unwrap_or(""),
-                    k["admin"].as_bool().unwrap_or(false),
-                    k["created_at"].as_str().unwrap_or(""),
-                    k["revoked_at"].as_str().unwrap_or("-"),
-                    k["name"].as_str().unwrap_or("")
-                );
-            }
+            let answer = client.send(Method::GET, "/v1/keys", NO_BODY).await?;
+            print!("{}", key_table(&answer.decode()?));
         }
         KeysCommand::Rm { id } => {
             client
-                .send(reqwest::Method::DELETE, &format!("/v1/keys/{id}"), None)
+                .send(Method::DELETE, &format!("/v1/keys/{id}"), NO_BODY)
                 .await?;
             println!("revoked {id}");
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `sandbox ls`: one line per sandbox under a header.
+fn sandbox_table(list: &SandboxList) -> String {
+    let mut table = format!(
+        "{:<26} {:<9} {:<25} {:<25} METADATA\n",
+        "ID", "STATUS", "CREATED", "EXPIRES"
+    );
+    for sandbox in &list.sandboxes {
+        let metadata = sandbox
+            .metadata
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        table.push_str(&format!(
+            "{:<26} {:<9} {:<25} {:<25} {}\n",
+            sandbox.id, sandbox.status, sandbox.created_at, sandbox.expires_at, metadata
+        ));
+    }
+    table
+}
+
+/// `keys ls`: one line per key under a header (`-` for a key not revoked).
+fn key_table(list: &KeyList) -> String {
+    let mut table = format!(
+        "{:<26} {:<6} {:<25} {:<25} NAME\n",
+        "ID", "ADMIN", "CREATED", "REVOKED"
+    );
+    for key in &list.keys {
+        table.push_str(&format!(
+            "{:<26} {:<6} {:<25} {:<25} {}\n",
+            key.id,
+            key.admin,
+            key.created_at,
+            key.revoked_at.as_deref().unwrap_or("-"),
+            key.name
+        ));
+    }
+    table
+}
+
+/// The exit code of `sandbox exec`: the command's own (cut to 0..=255), or, when it has none
+/// (still running, or no result), 0 for a successful answer and 1 otherwise.
+fn exec_exit_code(answer: &Envelope<ShellCommandResult>) -> u8 {
+    let code = answer
+        .data
+        .as_ref()
+        .and_then(|result| result.exit_code)
+        .unwrap_or(if answer.success { 0 } else { 1 });
+    // In range after the clamp, so the conversion cannot fail.
+    u8::try_from(code.clamp(0, 255)).unwrap_or(u8::MAX)
 }
 
 /// Quotes a word for a POSIX shell.
@@ -405,45 +438,83 @@ impl Client {
         })
     }
 
-    async fn send(
+    /// Sends one call; a status other than 2xx is an error carrying the server's message (and,
+    /// for a sandbox that failed to start, its container's output).
+    async fn send<B: Serialize>(
         &self,
-        method: reqwest::Method,
+        method: Method,
         path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<Value> {
+        body: Option<&B>,
+    ) -> anyhow::Result<Answer> {
         let Some(key) = &self.key else {
             bail!("no API key: pass --api-key or set AGENTBOX_API_KEY");
         };
+        let call = format!("{method} {path}");
         let mut request = self
             .http
             .request(method, format!("{}{path}", self.base))
             .bearer_auth(key);
         if let Some(body) = body {
-            request = request.json(&body);
+            request = request.json(body);
         }
         let response = request
             .send()
             .await
             .with_context(|| format!("reaching {}", self.base))?;
         let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        let value: Value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
+        let text = response
+            .text()
+            .await
+            .with_context(|| format!("reading the answer to {call}"))?;
         if !status.is_success() {
-            let message = value["error"]["message"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| value.to_string());
-            let mut error = format!("{status}: {message}");
-            if let Some(logs) = value["error"]["logs"].as_str() {
-                error.push_str(&format!("\ncontainer output:\n{logs}"));
-            }
-            bail!(error);
+            bail!(failure_message(&status.to_string(), &text));
         }
-        Ok(value)
+        Ok(Answer { call, text })
+    }
+}
+
+/// No body, for [`Client::send`].
+const NO_BODY: Option<&()> = None;
+
+/// The error for an answer that is not 2xx: the orchestrator's `{error: {message, logs}}`, or
+/// sandboxd's envelope (`{success: false, message}`, from a proxied call), or the body as is.
+fn failure_message(status: &str, text: &str) -> String {
+    if let Ok(ErrorBody { error }) = serde_json::from_str::<ErrorBody>(text) {
+        let mut message = format!("{status}: {}", error.message);
+        if let Some(logs) = error.logs {
+            message.push_str(&format!("\ncontainer output:\n{logs}"));
+        }
+        return message;
+    }
+    if let Ok(body) = serde_json::from_str::<sandbox_client::types::ErrorBody>(text) {
+        return format!("{status}: {}", body.message);
+    }
+    format!("{status}: {}", text.trim())
+}
+
+/// A successful answer's body, with the call it answers (for error messages).
+struct Answer {
+    call: String,
+    text: String,
+}
+
+impl Answer {
+    /// The body as the wire type `T`; an answer that does not fit is an error naming the call.
+    fn decode<T: DeserializeOwned>(&self) -> anyhow::Result<T> {
+        serde_json::from_str(&self.text).with_context(|| {
+            format!(
+                "the answer to {} is not the expected {}",
+                self.call,
+                std::any::type_name::<T>()
+            )
+        })
+    }
+
+    /// The body as indented JSON, whatever its fields (`--json`).
+    fn pretty(&self) -> anyhow::Result<String> {
+        let value: serde_json::Value = serde_json::from_str(&self.text)
+            .with_context(|| format!("the answer to {} is not JSON", self.call))?;
+        Ok(serde_json::to_string_pretty(&value)?)
     }
 }
 
@@ -523,6 +594,136 @@ mod tests {
         assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
     }
 
+    fn sandbox(id: &str, metadata: &[(&str, &str)]) -> Sandbox {
+        Sandbox {
+            id: id.into(),
+            status: "ready".into(),
+            image: "agentbox/sandbox:latest".into(),
+            created_at: "2026-01-02T03:04:05Z".into(),
+            ready_at: None,
+            expires_at: "2026-01-02T04:04:05Z".into(),
+            last_active_at: "2026-01-02T03:04:05Z".into(),
+            idle_timeout_secs: 600,
+            max_lifetime_secs: 3600,
+            resolution: None,
+            metadata: metadata
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            error: None,
+            urls: crate::api::types::SandboxUrls {
+                api: format!("http://o/v1/sandboxes/{id}/api"),
+                vnc: format!("http://o/v1/sandboxes/{id}/vnc/"),
+                cdp: format!("ws://o/v1/sandboxes/{id}/cdp"),
+            },
+        }
+    }
+
+    #[test]
+    fn sandboxes_are_listed_one_line_each_from_the_wire_type() {
+        let list = SandboxList {
+            sandboxes: vec![
+                sandbox("sbx-1", &[("team", "x"), ("a", "1")]),
+                sandbox("sbx-2", &[]),
+            ],
+        };
+        let decoded: SandboxList = Answer {
+            call: "GET /v1/sandboxes".into(),
+            text: serde_json::to_string(&list).unwrap(),
+        }
+        .decode()
+        .unwrap();
+        assert_eq!(
+            sandbox_table(&decoded),
+            "ID                         STATUS    CREATED                   EXPIRES                   METADATA\n\
+             sbx-1                      ready     2026-01-02T03:04:05Z      2026-01-02T04:04:05Z      a=1,team=x\n\
+             sbx-2                      ready     2026-01-02T03:04:05Z      2026-01-02T04:04:05Z      \n"
+        );
+    }
+
+    #[test]
+    fn keys_are_listed_with_a_dash_when_not_revoked() {
+        let list: KeyList = Answer {
+            call: "GET /v1/keys".into(),
+            text: r#"{"keys": [
+                {"id": "k1", "name": "admin", "admin": true, "created_at": "t1", "revoked_at": null},
+                {"id": "k2", "name": "ci", "admin": false, "created_at": "t2", "revoked_at": "t3"}
+            ]}"#
+            .into(),
+        }
+        .decode()
+        .unwrap();
+        assert_eq!(
+            key_table(&list),
+            "ID                         ADMIN  CREATED                   REVOKED                   NAME\n\
+             k1                         true   t1                        -                         admin\n\
+             k2                         false  t2                        t3                        ci\n"
+        );
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_is_an_error_naming_the_call() {
+        let answer = Answer {
+            call: "GET /v1/keys".into(),
+            text: r#"{"keys": [{"id": "k1"}]}"#.into(),
+        };
+        let error = format!("{:#}", answer.decode::<KeyList>().unwrap_err());
+        assert!(error.contains("GET /v1/keys"), "{error}");
+        assert!(error.contains("missing field `name`"), "{error}");
+        let answer = Answer {
+            call: "POST /v1/keys".into(),
+            text: "<html>".into(),
+        };
+        assert!(answer.decode::<CreatedKey>().is_err());
+        assert!(answer.pretty().is_err());
+    }
+
+    #[test]
+    fn failures_carry_the_servers_message() {
+        assert_eq!(
+            failure_message(
+                "503 Service Unavailable",
+                r#"{"error": {"code": "sandbox_not_ready", "message": "not ready", "logs": "boom"}}"#
+            ),
+            "503 Service Unavailable: not ready\ncontainer output:\nboom"
+        );
+        assert_eq!(
+            failure_message(
+                "422 Unprocessable Entity",
+                r#"{"success": false, "message": "command must not be empty", "data": null}"#
+            ),
+            "422 Unprocessable Entity: command must not be empty"
+        );
+        assert_eq!(
+            failure_message("502 Bad Gateway", "upstream gone\n"),
+            "502 Bad Gateway: upstream gone"
+        );
+    }
+
+    #[test]
+    fn exec_exits_with_the_commands_code_or_by_success() {
+        let answer = |success: bool, exit_code: Option<i32>| -> Envelope<ShellCommandResult> {
+            let data = serde_json::json!({
+                "session_id": "s", "command": "c", "status": "completed", "output": "",
+                "console": [], "exit_code": exit_code, "truncated": false,
+            });
+            serde_json::from_value(serde_json::json!({
+                "success": success, "message": "m", "data": data,
+            }))
+            .unwrap()
+        };
+        assert_eq!(exec_exit_code(&answer(true, Some(3))), 3);
+        assert_eq!(exec_exit_code(&answer(true, Some(300))), 255);
+        assert_eq!(exec_exit_code(&answer(true, Some(-1))), 0);
+        assert_eq!(exec_exit_code(&answer(true, None)), 0);
+        assert_eq!(exec_exit_code(&answer(false, None)), 1);
+        let failed: Envelope<ShellCommandResult> = serde_json::from_str(
+            r#"{"success": false, "message": "no such session", "data": null}"#,
+        )
+        .unwrap();
+        assert_eq!(exec_exit_code(&failed), 1);
+    }
+
     #[test]
     fn the_command_line_parses() {
         Cli::try_parse_from([
@@ -557,5 +758,15 @@ mod tests {
         assert!(
             Cli::try_parse_from(["orchestrator", "sandbox", "create", "--env", "novalue"]).is_err()
         );
+        let scope_of = |args: &[&str]| match Cli::try_parse_from(args).unwrap().command {
+            Command::Token { scope, .. } => scope,
+            other => panic!("not a token command: {other:?}"),
+        };
+        assert_eq!(scope_of(&["orchestrator", "token", "sbx-1"]), Scope::View);
+        assert_eq!(
+            scope_of(&["orchestrator", "token", "sbx-1", "--scope", "control"]),
+            Scope::Control
+        );
+        assert!(Cli::try_parse_from(["orchestrator", "token", "sbx-1", "--scope", "all"]).is_err());
     }
 }

@@ -1,13 +1,13 @@
-//! The orchestrator's real router without a socket or Docker (`oneshot`, a backend that has no
-//! containers, SQLite in a temporary directory): the OpenAPI document against the routes.
+//! The orchestrator's real router without Docker (a backend that has no containers, SQLite in a
+//! temporary directory): the OpenAPI document against the routes (`oneshot`, no socket), and
+//! the command line's client commands against the router served on a loopback port.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use agentbox_tests::router::{Call, send, served_methods, served_paths};
+use axum::http::StatusCode;
 use clap::Parser;
-use http_body_util::BodyExt;
 use orchestrator::api::{AppState, router};
 use orchestrator::auth::ApiKeys;
 use orchestrator::backend::{Backend, BackendError, ContainerInfo, ContainerSpec, Started};
@@ -16,8 +16,6 @@ use orchestrator::db::{Store, sqlite_url};
 use orchestrator::keyring::Keyring;
 use orchestrator::metrics::Metrics;
 use orchestrator::sandboxes::Sandboxes;
-use serde_json::Value;
-use tower::ServiceExt;
 
 const ADMIN_KEY: &str = "router-test-admin-key-0123456789";
 
@@ -109,88 +107,19 @@ async fn app(data: &std::path::Path) -> axum::Router {
     ))
 }
 
-/// Every path the router serves, from its route table (axum's `Debug` of a router lists its
-/// paths; the fallback's own table is left out), wildcards written as plain parameters.
-fn served_paths(app: &axum::Router) -> BTreeSet<String> {
-    let text = format!("{app:?}");
-    let table = text
-        .split("fallback_router:")
-        .next()
-        .expect("split yields at least one part");
-    let mut paths = BTreeSet::new();
-    for (at, _) in table.match_indices("RouteId(") {
-        let rest = &table[at..];
-        let Some(quote) = rest.find("): \"") else {
-            continue;
-        };
-        if rest[..quote].len() > "RouteId(".len() + 20 {
-            continue; // not `RouteId(n): "path"`
-        }
-        let path = &rest[quote + 4..];
-        let path = &path[..path.find('"').expect("a closing quote")];
-        paths.insert(path.replace("{*", "{"));
-    }
-    assert!(paths.len() > 5, "axum's Debug output changed: {text}");
-    paths
-}
-
-/// The methods served on `path`: the `Allow` header of the 405 a PATCH gets with the admin key
-/// (no documented route takes PATCH), HEAD left out (axum serves it with GET).
-async fn served_methods(app: &axum::Router, path: &str) -> BTreeSet<String> {
-    let concrete: String = path
-        .split('/')
-        .map(|segment| {
-            if segment.starts_with('{') {
-                "x"
-            } else {
-                segment
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("/");
-    let request = Request::patch(&concrete)
-        .header("authorization", format!("Bearer {ADMIN_KEY}"))
-        .body(Body::empty())
-        .expect("a request");
-    let response = app.clone().oneshot(request).await.expect("an answer");
-    assert_eq!(
-        response.status(),
-        StatusCode::METHOD_NOT_ALLOWED,
-        "PATCH {concrete}"
-    );
-    let allow = response.headers()["allow"]
-        .to_str()
-        .expect("an ASCII Allow header")
-        .to_ascii_lowercase();
-    allow
-        .split(',')
-        .map(|method| method.trim().to_string())
-        .filter(|method| method != "head")
-        .collect()
-}
-
 /// The document describes exactly the routes the router serves, with their methods; what it
 /// leaves out is listed in `UNDOCUMENTED` with the reason.
 #[tokio::test]
 async fn the_openapi_document_describes_every_route() {
     let data = tempfile::tempdir().expect("a temporary directory");
     let app = app(data.path()).await;
-    let request = Request::get("/v1/openapi.json")
-        .header("authorization", format!("Bearer {ADMIN_KEY}"))
-        .body(Body::empty())
-        .expect("a request");
-    let response = app.clone().oneshot(request).await.expect("an answer");
-    assert_eq!(response.status(), StatusCode::OK);
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("the body")
-        .to_bytes();
-    let doc: Value = serde_json::from_slice(&bytes).expect("JSON");
+    let answer = send(&app, Call::get("/v1/openapi.json").bearer(ADMIN_KEY)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let doc = answer.json();
     let paths = doc["paths"].as_object().expect("paths");
     let documented: BTreeSet<String> = paths.keys().cloned().collect();
     let served = served_paths(&app);
+    assert!(served.len() > 5, "axum's route table lists {served:?}");
 
     let not_served: Vec<_> = documented.difference(&served).collect();
     assert!(
@@ -212,9 +141,107 @@ async fn the_openapi_document_describes_every_route() {
             .cloned()
             .collect();
         assert_eq!(
-            served_methods(&app, path).await,
+            served_methods(
+                &app,
+                path,
+                &[("authorization", &format!("Bearer {ADMIN_KEY}"))]
+            )
+            .await,
             described,
             "the methods of {path}"
         );
     }
+}
+
+/// Runs the orchestrator's command line against `url` with the admin key; returns whether it
+/// succeeded, its stdout and its stderr.
+// The test drives the real binary, as a person would; std waits for it.
+#[allow(clippy::disallowed_methods)]
+async fn command_line(url: &str, args: &[&str]) -> (bool, String, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"));
+    command
+        .args(args)
+        .env("AGENTBOX_URL", url)
+        .env("AGENTBOX_API_KEY", ADMIN_KEY);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the command's thread")
+        .expect("the orchestrator binary runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The command line reads the API's answers through its wire types: keys are created, listed
+/// and revoked, an empty sandbox list prints its header, and a refusal prints the server's
+/// status and message.
+#[tokio::test]
+async fn the_command_line_prints_the_apis_answers() {
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let app = app(data.path()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let (ok, key, err) = command_line(&url, &["keys", "create", "ci"]).await;
+    assert!(ok, "{err}");
+    let key = key.trim();
+    assert!(key.len() > 20, "the key's text: {key:?}");
+    let key_id = err
+        .strip_prefix("key id ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the key's id on stderr: {err:?}"))
+        .to_string();
+    assert!(err.ends_with(" (shown once: store it now)\n"), "{err:?}");
+
+    let (ok, table, err) = command_line(&url, &["keys", "ls"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        lines[0],
+        "ID                         ADMIN  CREATED                   REVOKED                   NAME"
+    );
+    let ci = lines
+        .iter()
+        .find(|line| line.starts_with(&key_id))
+        .unwrap_or_else(|| panic!("{key_id} listed: {table}"));
+    let fields: Vec<&str> = ci.split_whitespace().collect();
+    assert_eq!(
+        (fields[1], fields[3], fields[4]),
+        ("false", "-", "ci"),
+        "{ci}"
+    );
+    assert_eq!(lines.len(), 3, "the admin key and ci: {table}");
+
+    let (ok, table, err) = command_line(&url, &["sandbox", "ls"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        table,
+        "ID                         STATUS    CREATED                   EXPIRES                   METADATA\n"
+    );
+    let (ok, json, err) = command_line(&url, &["sandbox", "ls", "--json"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(json, "{\n  \"sandboxes\": []\n}\n");
+
+    let (ok, out, err) = command_line(&url, &["keys", "rm", &key_id]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("revoked {key_id}\n"));
+    let (_, table, _) = command_line(&url, &["keys", "ls"]).await;
+    assert!(
+        table
+            .lines()
+            .any(|line| line.starts_with(&key_id) && !line.contains(" - ")),
+        "revoked with a time: {table}"
+    );
+
+    let (ok, out, err) = command_line(&url, &["token", "sbx-none"]).await;
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(
+        err.starts_with("orchestrator: 404 Not Found: "),
+        "the server's status and message: {err:?}"
+    );
 }

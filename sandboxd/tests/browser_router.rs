@@ -4,15 +4,13 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use agentbox_tests::router::{Call, call};
+use axum::http::StatusCode;
 use sandboxd::activity::Activity;
 use sandboxd::api::{AppState, router};
 use sandboxd::config::Settings;
 use serde_json::{Value, json};
 use supervisor::{Supervisor, SupervisorConfig};
-use tower::ServiceExt;
 
 /// An app whose "Chromium" address has nothing listening.
 fn app() -> axum::Router {
@@ -30,33 +28,14 @@ fn app() -> axum::Router {
     ))
 }
 
-async fn call(app: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
-fn post(path: &str, body: Value) -> Request<Body> {
-    Request::post(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap()
+fn post(path: &str, body: Value) -> Call {
+    Call::post(path).json(&body)
 }
 
 #[tokio::test]
 async fn the_openapi_document_lists_the_browser_routes() {
     let app = app();
-    let (status, doc) = call(
-        &app,
-        Request::get("/v1/openapi.json")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let (status, doc) = call(&app, Call::get("/v1/openapi.json")).await;
     assert_eq!(status, StatusCode::OK);
     let paths = doc["paths"].as_object().unwrap();
     for path in [
@@ -174,20 +153,8 @@ async fn without_chromium_the_browser_routes_answer_503() {
         answer["message"].as_str().unwrap().contains("not running"),
         "{answer}"
     );
-    let (status, _) = call(
-        &app,
-        Request::get("/v1/browser/info")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = call(&app, Call::get("/v1/browser/info")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    let (status, _) = call(
-        &app,
-        Request::get("/v1/browser/tabs")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let (status, _) = call(&app, Call::get("/v1/browser/tabs")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }

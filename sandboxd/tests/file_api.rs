@@ -6,16 +6,14 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
-use http_body_util::BodyExt;
+use agentbox_tests::router::{self, Call};
+use axum::http::{HeaderMap, StatusCode};
 use sandboxd::activity::Activity;
 use sandboxd::api::{AppState, router};
 use sandboxd::config::Settings;
 use serde_json::{Value, json};
 use supervisor::{Supervisor, SupervisorConfig};
 use tempfile::TempDir;
-use tower::ServiceExt;
 
 /// A root with a workspace, a directory outside it holding a secret, and symlinks from the
 /// root to the outside.
@@ -88,27 +86,19 @@ impl Fixture {
         content_type: &str,
         body: Vec<u8>,
     ) -> (StatusCode, Value) {
-        let request = Request::post(route)
-            .header("content-type", content_type)
-            .body(Body::from(body))
-            .unwrap();
-        let (status, _, bytes) = self.send(request).await;
+        let (status, _, bytes) = self.send(Call::post(route).bytes(content_type, body)).await;
         let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         (status, value)
     }
 
-    async fn send(&self, request: Request<Body>) -> (StatusCode, HeaderMap, Vec<u8>) {
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response.into_body().collect().await.unwrap().to_bytes();
-        (status, headers, bytes.to_vec())
+    async fn send(&self, call: Call) -> (StatusCode, HeaderMap, Vec<u8>) {
+        let answer = router::send(&self.app, call).await;
+        (answer.status, answer.headers, answer.body.to_vec())
     }
 
     async fn download(&self, path: &str) -> (StatusCode, HeaderMap, Vec<u8>) {
         let query = format!("/v1/file/download?path={}", encode_query(path));
-        self.send(Request::get(query).body(Body::empty()).unwrap())
-            .await
+        self.send(Call::get(query)).await
     }
 
     async fn upload(&self, parts: &[Part<'_>]) -> (StatusCode, Value) {
@@ -982,13 +972,7 @@ async fn upload_and_download_round_trip_binary_bytes() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, _) = f.download(&f.at("workspace")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    let (status, _, body) = f
-        .send(
-            Request::get("/v1/file/download")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, _, body) = f.send(Call::get("/v1/file/download")).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(String::from_utf8_lossy(&body).contains("path"));
     // No temporary files are left anywhere.
@@ -1425,13 +1409,7 @@ async fn oversize_and_malformed_bodies_are_4xx_with_a_message() {
 #[tokio::test]
 async fn the_openapi_document_describes_the_file_routes() {
     let f = Fixture::new(ROOMY);
-    let (status, _, body) = f
-        .send(
-            Request::get("/v1/openapi.json")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, _, body) = f.send(Call::get("/v1/openapi.json")).await;
     assert_eq!(status, StatusCode::OK);
     let doc: Value = serde_json::from_slice(&body).unwrap();
     for (path, method) in [

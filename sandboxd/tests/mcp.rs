@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use agentbox_tests::router::{self, Call};
+use axum::http::StatusCode;
 use http_body_util::BodyExt;
 use sandboxd::activity::Activity;
 use sandboxd::api::{AppState, router};
@@ -13,7 +13,6 @@ use sandboxd::config::Settings;
 use serde_json::{Value, json};
 use supervisor::{Supervisor, SupervisorConfig};
 use tempfile::TempDir;
-use tower::ServiceExt;
 
 struct Fixture {
     root: TempDir,
@@ -38,17 +37,17 @@ impl Fixture {
         Self { root, app }
     }
 
-    fn request(&self, session: Option<&str>, body: Vec<u8>) -> Request<Body> {
-        let mut builder = Request::post("/mcp")
+    fn request(&self, session: Option<&str>, body: Vec<u8>) -> Call {
+        let mut call = Call::post("/mcp")
             .header("host", "127.0.0.1:8080")
-            .header("content-type", "application/json")
+            .bytes("application/json", body)
             .header("accept", "application/json, text/event-stream");
         if let Some(session) = session {
-            builder = builder
+            call = call
                 .header("mcp-session-id", session)
                 .header("mcp-protocol-version", "2025-06-18");
         }
-        builder.body(Body::from(body)).unwrap()
+        call
     }
 
     /// Sends one JSON-RPC message; returns the status, the session id header and the first
@@ -58,12 +57,12 @@ impl Fixture {
         session: Option<&str>,
         message: Value,
     ) -> (StatusCode, Option<String>, Value) {
-        let response = self
-            .app
-            .clone()
-            .oneshot(self.request(session, message.to_string().into_bytes()))
-            .await
-            .unwrap();
+        // The answer may be an SSE stream that stays open: read it only up to the first message.
+        let response = router::respond(
+            &self.app,
+            self.request(session, message.to_string().into_bytes()),
+        )
+        .await;
         let status = response.status();
         let session = response
             .headers()
@@ -232,25 +231,19 @@ async fn an_oversize_body_gets_413_and_a_browser_origin_403() {
     let fixture = Fixture::new();
     // 4096-byte write limit: the body bound is max(2 * 4096 + 64 KiB, the default limit).
     let huge = vec![b' '; 64 << 20];
-    let response = fixture
-        .app
-        .clone()
-        .oneshot(fixture.request(None, huge))
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let answer = router::send(&fixture.app, fixture.request(None, huge)).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
 
-    let mut request = fixture.request(
-        None,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "page", "version": "0"}}})
-        .to_string()
-        .into_bytes(),
-    );
-    request
-        .headers_mut()
-        .insert("origin", "https://evil.example".parse().unwrap());
-    let response = fixture.app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let request = fixture
+        .request(
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "page", "version": "0"}}})
+            .to_string()
+            .into_bytes(),
+        )
+        .header("origin", "https://evil.example");
+    let answer = router::send(&fixture.app, request).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
 }

@@ -3,15 +3,12 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use http_body_util::BodyExt;
+use agentbox_tests::router::{Call, call, served_methods, served_paths};
+use axum::http::StatusCode;
 use sandboxd::activity::Activity;
 use sandboxd::api::{AppState, router};
 use sandboxd::config::Settings;
-use serde_json::Value;
 use supervisor::{Supervisor, SupervisorConfig};
-use tower::ServiceExt;
 
 fn app(key: Option<&str>) -> axum::Router {
     let mut settings =
@@ -25,24 +22,10 @@ fn app(key: Option<&str>) -> axum::Router {
     ))
 }
 
-async fn call(app: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
-fn get(path: &str) -> Request<Body> {
-    Request::get(path).body(Body::empty()).unwrap()
-}
-
 #[tokio::test]
 async fn the_key_is_required_everywhere_but_healthz() {
     let app = app(Some("k1"));
-    let (status, body) = call(&app, get("/healthz")).await;
+    let (status, body) = call(&app, Call::get("/healthz")).await;
     assert_eq!(
         (status, body["status"].as_str()),
         (StatusCode::OK, Some("ok"))
@@ -53,7 +36,7 @@ async fn the_key_is_required_everywhere_but_healthz() {
         "/v1/sandbox",
         "/v1/openapi.json",
     ] {
-        let (status, body) = call(&app, get(path)).await;
+        let (status, body) = call(&app, Call::get(path)).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
         assert_eq!(body["success"], false);
     }
@@ -63,10 +46,7 @@ async fn the_key_is_required_everywhere_but_healthz() {
         ("authorization", "Bearer k2", StatusCode::UNAUTHORIZED),
         ("authorization", "k1", StatusCode::UNAUTHORIZED),
     ] {
-        let request = Request::get("/v1/processes")
-            .header(header, value)
-            .body(Body::empty())
-            .unwrap();
+        let request = Call::get("/v1/processes").header(header, value);
         assert_eq!(call(&app, request).await.0, expected, "{header}: {value}");
     }
 }
@@ -74,7 +54,7 @@ async fn the_key_is_required_everywhere_but_healthz() {
 #[tokio::test]
 async fn unknown_routes_and_programs_get_json_errors() {
     let app = app(None);
-    let (status, body) = call(&app, get("/v1/nothing-here")).await;
+    let (status, body) = call(&app, Call::get("/v1/nothing-here")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(
         body["message"]
@@ -82,23 +62,17 @@ async fn unknown_routes_and_programs_get_json_errors() {
             .unwrap()
             .contains("/v1/nothing-here")
     );
-    let request = Request::post("/v1/processes/ghost/restart")
-        .body(Body::empty())
-        .unwrap();
-    let (status, body) = call(&app, request).await;
+    let (status, body) = call(&app, Call::post("/v1/processes/ghost/restart")).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body["message"].as_str().unwrap().contains("ghost"));
-    let request = Request::delete("/v1/processes")
-        .body(Body::empty())
-        .unwrap();
-    let (status, body) = call(&app, request).await;
+    let (status, body) = call(&app, Call::delete("/v1/processes")).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(body["success"], false);
 }
 
 #[tokio::test]
 async fn readyz_with_no_programs_is_ready() {
-    let (status, body) = call(&app(None), get("/readyz")).await;
+    let (status, body) = call(&app(None), Call::get("/readyz")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["ready"], true);
 }
@@ -139,74 +113,18 @@ const UNDOCUMENTED: &[(&str, &str)] = &[
     ("/websockify", "the RFB WebSocket for VNC clients"),
 ];
 
-/// Every path the router serves, from its route table (axum's `Debug` of a router lists its
-/// paths; the fallback's own table is left out), wildcards written as plain parameters.
-fn served_paths(app: &axum::Router) -> BTreeSet<String> {
-    let text = format!("{app:?}");
-    let table = text
-        .split("fallback_router:")
-        .next()
-        .expect("split yields at least one part");
-    let mut paths = BTreeSet::new();
-    for (at, _) in table.match_indices("RouteId(") {
-        let rest = &table[at..];
-        let Some(quote) = rest.find("): \"") else {
-            continue;
-        };
-        if rest[..quote].len() > "RouteId(".len() + 20 {
-            continue; // not `RouteId(n): "path"`
-        }
-        let path = &rest[quote + 4..];
-        let path = &path[..path.find('"').expect("a closing quote")];
-        paths.insert(path.replace("{*", "{"));
-    }
-    assert!(paths.len() > 10, "axum's Debug output changed: {text}");
-    paths
-}
-
-/// The methods served on `path`: the `Allow` header of the 405 a PATCH gets (no route takes
-/// PATCH), HEAD left out (axum serves it with GET).
-async fn served_methods(app: &axum::Router, path: &str) -> BTreeSet<String> {
-    let concrete: String = path
-        .split('/')
-        .map(|segment| {
-            if segment.starts_with('{') {
-                "0"
-            } else {
-                segment
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("/");
-    let request = Request::patch(&concrete).body(Body::empty()).unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    assert_eq!(
-        response.status(),
-        StatusCode::METHOD_NOT_ALLOWED,
-        "PATCH {concrete}"
-    );
-    let allow = response.headers()["allow"]
-        .to_str()
-        .unwrap()
-        .to_ascii_lowercase();
-    allow
-        .split(',')
-        .map(|method| method.trim().to_string())
-        .filter(|method| method != "head")
-        .collect()
-}
-
 /// The document describes exactly the routes the router serves, with their methods; what it
 /// leaves out is listed in `UNDOCUMENTED` with the reason.
 #[tokio::test]
 async fn the_openapi_document_describes_every_route() {
     let app = app(None);
-    let (status, doc) = call(&app, get("/v1/openapi.json")).await;
+    let (status, doc) = call(&app, Call::get("/v1/openapi.json")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
     let documented: BTreeSet<String> = paths.keys().cloned().collect();
     let served = served_paths(&app);
+    assert!(served.len() > 10, "axum's route table lists {served:?}");
 
     let not_served: Vec<_> = documented.difference(&served).collect();
     assert!(
@@ -223,7 +141,7 @@ async fn the_openapi_document_describes_every_route() {
     for (path, item) in paths {
         let described: BTreeSet<String> = item.as_object().unwrap().keys().cloned().collect();
         assert_eq!(
-            served_methods(&app, path).await,
+            served_methods(&app, path, &[]).await,
             described,
             "the methods of {path}"
         );
@@ -245,12 +163,7 @@ async fn the_heartbeat_reports_work_in_flight_but_not_itself() {
         Arc::new(settings),
         activity.clone(),
     ));
-    let heartbeat = || {
-        Request::get("/v1/activity")
-            .header("authorization", "Bearer k1")
-            .body(Body::empty())
-            .unwrap()
-    };
+    let heartbeat = || Call::get("/v1/activity").bearer("k1");
     let (status, body) = call(&app, heartbeat()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["in_flight"], 0, "{body}");
@@ -263,7 +176,7 @@ async fn the_heartbeat_reports_work_in_flight_but_not_itself() {
     assert_eq!(body["in_flight"], 0);
     assert!(body["idle_secs"].as_f64().unwrap() < 5.0);
     // The heartbeat needs the key.
-    let (status, _) = call(&app, get("/v1/activity")).await;
+    let (status, _) = call(&app, Call::get("/v1/activity")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
@@ -278,7 +191,7 @@ async fn both_screenshot_routes_refuse_a_bad_quality_alike() {
             for format in ["jpeg", "png"] {
                 let (status, body) = call(
                     &app,
-                    get(&format!("{route}?format={format}&quality={quality}")),
+                    Call::get(format!("{route}?format={format}&quality={quality}")),
                 )
                 .await;
                 assert_eq!(
@@ -306,7 +219,7 @@ async fn both_screenshot_routes_refuse_a_bad_quality_alike() {
 /// it reports, and is empty otherwise.
 #[tokio::test]
 async fn the_sandbox_context_reports_node_when_it_is_installed() {
-    let (status, body) = call(&app(None), get("/v1/sandbox")).await;
+    let (status, body) = call(&app(None), Call::get("/v1/sandbox")).await;
     assert_eq!(status, StatusCode::OK);
     let nodejs = body["detail"]["runtime"]["nodejs"].as_array().unwrap();
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -3,7 +3,11 @@
 //!
 //! Tests need the image (`images/build.sh`); they fail with that hint when it is missing rather
 //! than pass without testing anything.
+//!
+//! [`router`] is the other shared fixture: calls through a server's `Router` without a socket,
+//! for sandboxd's and the orchestrator's router tests.
 
+pub mod router;
 pub mod snapshot;
 
 use std::path::Path;

@@ -2,10 +2,13 @@
 //! Chromium, driven over CDP by sandboxd, on pages served inside the container.
 //!
 //! Two containers: one allows 127.0.0.1 (pages are served there) and runs the page, tab and
-//! reconnection checks in order; one keeps the default URL policy and checks refusals and that an
+//! reconnection checks as named steps in order, over the one container (each step starts where
+//! the previous one left the browser; the first failing step is named in the error and the
+//! later ones are not run); one keeps the default URL policy and checks refusals and that an
 //! unused browser API opens no CDP connection.
 
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 use agentbox_tests::{Sandbox, SandboxOptions, docker, readable_file};
 use anyhow::{Context, bail, ensure};
@@ -219,6 +222,35 @@ fn sandboxd_rss_kib(sb: &Sandbox) -> anyhow::Result<u64> {
         .context("no VmRSS in /proc/1/status")
 }
 
+/// What the steps share: the container, and what earlier steps learnt.
+struct Browser {
+    sb: Sandbox,
+    /// The CDP URL of the first Chromium (`browser_info`).
+    cdp_url: String,
+    /// `[innerWidth, innerHeight]` of the index page (`page_screenshots`).
+    viewport: Value,
+}
+
+/// Runs one named step, saying on stderr when it starts and how it ended; its error names it.
+async fn step(name: &str, run: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    eprintln!("step {name}: starting");
+    let started = Instant::now();
+    let result = run.await.with_context(|| format!("step `{name}` failed"));
+    let verdict = if result.is_ok() { "passed" } else { "failed" };
+    eprintln!(
+        "step {name}: {verdict} in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    result
+}
+
+/// Runs the step functions in order over one [`Browser`], stopping at the first failure.
+macro_rules! steps {
+    ($browser:expr; $($name:ident),+ $(,)?) => {
+        $(step(stringify!($name), $name(&mut $browser)).await?;)+
+    };
+}
+
 #[tokio::test]
 async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::Result<()> {
     let sb = Sandbox::start(SandboxOptions {
@@ -227,9 +259,36 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     })?;
     sb.wait_ready(Duration::from_secs(90)).await?;
     serve_site(&sb)?;
+    let mut browser = Browser {
+        sb,
+        cdp_url: String::new(),
+        viewport: Value::Null,
+    };
+    steps!(browser;
+        browser_info,
+        navigate_and_read_the_page,
+        click_by_selector_and_coordinates,
+        fill_type_and_press_keys,
+        the_snapshot_lists_what_an_agent_can_act_on,
+        page_screenshots,
+        enter_submits_a_form,
+        history_and_reload,
+        waits,
+        slow_and_pageless_navigations,
+        evaluate,
+        scroll_and_full_page_screenshot,
+        tabs,
+        bad_input_changes_nothing,
+        reconnects_after_chromium_restarts,
+    );
+    Ok(())
+}
 
-    // Info: CDP and VNC URLs derived from the Host header; the CDP URL is the live one.
-    let info = ok(&sb, "GET", "/v1/browser/info", None).await?;
+/// The browser's info: CDP and VNC URLs derived from the Host header; the CDP URL is the live
+/// one (remembered for [`reconnects_after_chromium_restarts`]).
+async fn browser_info(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    let info = ok(sb, "GET", "/v1/browser/info", None).await?;
     ensure!(
         info["user_agent"].as_str().unwrap_or("").contains("Chrome"),
         "{info}"
@@ -263,33 +322,38 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         info["page_viewport"]["width"].as_u64().unwrap_or(0) > 0,
         "{info}"
     );
+    b.cdp_url = cdp_url.to_string();
+    Ok(())
+}
 
-    // Navigate, then read the page three ways.
-    let page = navigate(&sb, &format!("{SITE}/index.html")).await?;
+/// Navigates to the index page, then reads it as text, HTML and Markdown.
+async fn navigate_and_read_the_page(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    let page = navigate(sb, &format!("{SITE}/index.html")).await?;
     ensure!(
         page["title"] == "Agentbox Test" && page["status"] == 200,
         "{page}"
     );
     ensure!(page["url"] == format!("{SITE}/index.html"), "{page}");
-    let text = ok(&sb, "GET", "/v1/browser/page/text", None).await?;
+    let text = ok(sb, "GET", "/v1/browser/page/text", None).await?;
     let text = text.as_str().unwrap_or("");
     ensure!(
         text.contains("Hello from the test page.") && !text.contains("Hidden link"),
         "{text}"
     );
-    let html = ok(&sb, "GET", "/v1/browser/page/html", None).await?;
+    let html = ok(sb, "GET", "/v1/browser/page/html", None).await?;
     ensure!(
         html.as_str().unwrap_or("").starts_with("<!DOCTYPE html>")
             && html.as_str().unwrap_or("").contains("<h1>Welcome</h1>"),
         "{html}"
     );
-    let inner = ok(&sb, "GET", "/v1/browser/page/html?outer=false", None).await?;
+    let inner = ok(sb, "GET", "/v1/browser/page/html?outer=false", None).await?;
     ensure!(
         !inner.as_str().unwrap_or("").contains("<head>")
             && inner.as_str().unwrap_or("").contains("<h1>Welcome</h1>"),
         "{inner}"
     );
-    let md = ok(&sb, "GET", "/v1/browser/page/markdown", None).await?;
+    let md = ok(sb, "GET", "/v1/browser/page/markdown", None).await?;
     let markdown = md["markdown"].as_str().unwrap_or("");
     ensure!(markdown.contains("# Welcome"), "{md}");
     ensure!(
@@ -300,72 +364,84 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         !markdown.contains("Hidden link") && md["title"] == "Agentbox Test",
         "{md}"
     );
+    Ok(())
+}
 
-    // Click by selector changes the page's state.
+/// Clicks by selector and by coordinates change the page's state.
+async fn click_by_selector_and_coordinates(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
     let clicked = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/click",
         Some(json!({"selector": "#go"})),
     )
     .await?;
     ensure!(clicked["element"] == "button#go", "{clicked}");
-    ensure!(eval(&sb, "document.body.dataset.clicked").await? == "1");
+    ensure!(eval(sb, "document.body.dataset.clicked").await? == "1");
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/click",
         Some(json!({"selector": "#go", "click_count": 2})),
     )
     .await?;
-    ensure!(eval(&sb, "() => document.getElementById('out').textContent").await? == "Clicked 3");
+    ensure!(eval(sb, "() => document.getElementById('out').textContent").await? == "Clicked 3");
     // Click by coordinates: the centre of the button, as the page reports it.
-    let centre = eval(&sb, "(() => { const r = document.getElementById('go').getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()").await?;
+    let centre = eval(sb, "(() => { const r = document.getElementById('go').getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()").await?;
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/click",
         Some(json!({"x": centre[0], "y": centre[1]})),
     )
     .await?;
-    ensure!(eval(&sb, "document.body.dataset.clicked").await? == "4");
+    ensure!(eval(sb, "document.body.dataset.clicked").await? == "4");
+    Ok(())
+}
 
-    // Fill replaces, type appends at the focus.
+/// Fill replaces, type appends at the focus, keys are pressed; leaves `Grac` in `#name`.
+async fn fill_type_and_press_keys(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/fill",
         Some(json!({"selector": "#name", "text": "Ada"})),
     )
     .await?;
-    ensure!(eval(&sb, "document.getElementById('name').value").await? == "Ada");
+    ensure!(eval(sb, "document.getElementById('name').value").await? == "Ada");
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/type",
         Some(json!({"text": " Lovelace"})),
     )
     .await?;
-    ensure!(eval(&sb, "document.getElementById('name').value").await? == "Ada Lovelace");
+    ensure!(eval(sb, "document.getElementById('name').value").await? == "Ada Lovelace");
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/fill",
         Some(json!({"selector": "#name", "text": "Grace"})),
     )
     .await?;
-    ensure!(eval(&sb, "document.getElementById('name').value").await? == "Grace");
+    ensure!(eval(sb, "document.getElementById('name').value").await? == "Grace");
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/press_key",
         Some(json!({"key": "Backspace"})),
     )
     .await?;
-    ensure!(eval(&sb, "document.getElementById('name').value").await? == "Grac");
+    ensure!(eval(sb, "document.getElementById('name').value").await? == "Grac");
+    Ok(())
+}
 
-    // The snapshot lists what an agent can act on, with selectors that work.
-    let snap = ok(&sb, "GET", "/v1/browser/page/snapshot", None).await?;
+/// The snapshot lists what an agent can act on, with selectors that work.
+async fn the_snapshot_lists_what_an_agent_can_act_on(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    let snap = ok(sb, "GET", "/v1/browser/page/snapshot", None).await?;
     ensure!(
         snap["title"] == "Agentbox Test"
             && snap["text_preview"]
@@ -400,7 +476,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     for item in links.iter().chain(buttons).chain(inputs) {
         let selector = item["selector"].as_str().context("selector")?;
         let count = eval(
-            &sb,
+            sb,
             &format!("document.querySelectorAll({}).length", json!(selector)),
         )
         .await?;
@@ -411,55 +487,65 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         .find(|b| b["text"] == "Beta")
         .context("no Beta button")?;
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/click",
         Some(json!({"selector": beta["selector"]})),
     )
     .await?;
     ensure!(
-        eval(&sb, "window.lastButton").await? == "Beta",
+        eval(sb, "window.lastButton").await? == "Beta",
         "clicking {beta} did not reach Beta"
     );
+    Ok(())
+}
 
-    // Screenshots: PNG of the viewport size; JPEG; the whole page.
-    let (status, content_type, png) = get_bytes(&sb, "/v1/browser/page/screenshot").await?;
+/// Screenshots: PNG of the viewport's size (remembered for the full-page one), JPEG, and a
+/// format refused.
+async fn page_screenshots(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    let (status, content_type, png) = get_bytes(sb, "/v1/browser/page/screenshot").await?;
     ensure!(
         status == 200 && content_type == "image/png",
         "{status} {content_type}"
     );
-    let viewport = eval(&sb, "[innerWidth, innerHeight]").await?;
+    let viewport = eval(sb, "[innerWidth, innerHeight]").await?;
     let (w, h) = png_size(&png).context("not a PNG")?;
     ensure!(
         json!([w, h]) == viewport,
         "screenshot {w}x{h}, viewport {viewport}"
     );
     let (status, content_type, jpeg) =
-        get_bytes(&sb, "/v1/browser/page/screenshot?format=jpeg&quality=50").await?;
+        get_bytes(sb, "/v1/browser/page/screenshot?format=jpeg&quality=50").await?;
     ensure!(
         status == 200 && content_type == "image/jpeg" && jpeg.starts_with(&[0xff, 0xd8]),
         "{status} {content_type}"
     );
-    let (status, body_type, _) = get_bytes(&sb, "/v1/browser/page/screenshot?format=gif").await?;
+    let (status, body_type, _) = get_bytes(sb, "/v1/browser/page/screenshot?format=gif").await?;
     ensure!(status == 422, "{status} {body_type}");
+    b.viewport = viewport;
+    Ok(())
+}
 
-    // Press Enter in the search field submits its form.
+/// Enter in the search field submits its form; leaves the result page.
+async fn enter_submits_a_form(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/fill",
         Some(json!({"selector": "input[name=q]", "text": "kittens"})),
     )
     .await?;
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/press_key",
         Some(json!({"key": "Enter"})),
     )
     .await?;
     let waited = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/wait",
         Some(json!({"type": "url", "url": "**/result.html?q=kittens", "timeout": 20})),
@@ -470,47 +556,56 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "{waited}"
     );
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/wait",
         Some(json!({"type": "load"})),
     )
     .await?;
-    ensure!(eval(&sb, "document.title").await? == "Result");
+    ensure!(eval(sb, "document.title").await? == "Result");
+    Ok(())
+}
 
-    // History.
-    let back = ok(&sb, "POST", "/v1/browser/page/back", None).await?;
+/// Back, forward (and none further), reload.
+async fn history_and_reload(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    let back = ok(sb, "POST", "/v1/browser/page/back", None).await?;
     ensure!(
         back["url"] == format!("{SITE}/index.html") && back["title"] == "Agentbox Test",
         "{back}"
     );
-    let forward = ok(&sb, "POST", "/v1/browser/page/forward", None).await?;
+    let forward = ok(sb, "POST", "/v1/browser/page/forward", None).await?;
     ensure!(
         forward["url"] == format!("{SITE}/result.html?q=kittens"),
         "{forward}"
     );
-    let (status, answer) = call(&sb, "POST", "/v1/browser/page/forward", None).await?;
+    let (status, answer) = call(sb, "POST", "/v1/browser/page/forward", None).await?;
     ensure!(
         status == 200 && answer["success"] == false,
         "no next page: {status} {answer}"
     );
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/evaluate",
         Some(json!({"expression": "window.marker = 42"})),
     )
     .await?;
-    let reloaded = ok(&sb, "POST", "/v1/browser/page/reload", None).await?;
+    let reloaded = ok(sb, "POST", "/v1/browser/page/reload", None).await?;
     ensure!(reloaded["title"] == "Result", "{reloaded}");
     ensure!(
-        eval(&sb, "typeof window.marker").await? == "undefined",
+        eval(sb, "typeof window.marker").await? == "undefined",
         "reload kept the old document"
     );
+    Ok(())
+}
 
-    // Waiting for an element that appears after 500 ms; a wait that cannot succeed times out.
+/// Waiting for an element that appears after 500 ms, a wait that cannot succeed, a function,
+/// network idle, and every `wait_until` of a navigation.
+async fn waits(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
     let delayed = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/navigate",
         Some(json!({"url": format!("{SITE}/delayed.html"), "wait_until": "domcontentloaded"})),
@@ -518,21 +613,21 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     .await?;
     ensure!(delayed["title"] == "Delayed", "{delayed}");
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/wait",
         Some(json!({"type": "selector", "selector": "#late", "timeout": 15})),
     )
     .await?;
     ensure!(
-        ok(&sb, "GET", "/v1/browser/page/text", None)
+        ok(sb, "GET", "/v1/browser/page/text", None)
             .await?
             .as_str()
             .unwrap_or("")
             .contains("Arrived late")
     );
     let (status, answer) = call(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/wait",
         Some(json!({"type": "selector", "selector": "#never", "timeout": 1})),
@@ -542,10 +637,10 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         status == 504 && answer["message"].as_str().unwrap_or("").contains("#never"),
         "{status} {answer}"
     );
-    let waited = ok(&sb, "POST", "/v1/browser/page/wait", Some(json!({"type": "function", "expression": "() => document.querySelectorAll('div').length"}))).await?;
+    let waited = ok(sb, "POST", "/v1/browser/page/wait", Some(json!({"type": "function", "expression": "() => document.querySelectorAll('div').length"}))).await?;
     ensure!(waited["value"] == 1, "{waited}");
     ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/wait",
         Some(json!({"type": "network_idle", "timeout": 20})),
@@ -553,7 +648,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     .await?;
     for wait_until in ["commit", "networkidle", "load"] {
         let page = ok(
-            &sb,
+            sb,
             "POST",
             "/v1/browser/page/navigate",
             Some(json!({"url": format!("{SITE}/second.html"), "wait_until": wait_until})),
@@ -564,10 +659,15 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
             "{wait_until}: {page}"
         );
     }
+    Ok(())
+}
 
-    // A page still loading (its image takes a minute) does not hold up the next navigation.
+/// A page still loading (its image takes a minute) does not hold up the next navigation;
+/// responses that do not replace the page (a 204, a download) leave it where it was.
+async fn slow_and_pageless_navigations(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
     let slow = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/navigate",
         Some(json!({"url": format!("{SITE}/slow-page"), "wait_until": "commit"})),
@@ -575,7 +675,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     .await?;
     ensure!(slow["status"] == 200, "{slow}");
     let (status, answer) = call(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/navigate",
         Some(json!({"url": format!("{SITE}/slow-page"), "timeout": 2})),
@@ -590,7 +690,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "load never comes: {status} {answer}"
     );
     let fast = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/navigate",
         Some(json!({"url": format!("{SITE}/second.html"), "timeout": 20})),
@@ -600,7 +700,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     // Responses that do not replace the page: a 204, a download.
     for path in ["/no-content", "/download"] {
         let (status, answer) = call(
-            &sb,
+            sb,
             "POST",
             "/v1/browser/page/navigate",
             Some(json!({"url": format!("{SITE}{path}"), "timeout": 20})),
@@ -611,30 +711,35 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
             "{path}: {status} {answer}"
         );
         ensure!(
-            eval(&sb, "document.title").await? == "Second",
+            eval(sb, "document.title").await? == "Second",
             "{path} left the page"
         );
     }
+    Ok(())
+}
 
-    // Evaluate: values, functions, promises; exceptions are success:false, not errors.
-    ensure!(eval(&sb, "1 + 2").await? == 3);
-    ensure!(eval(&sb, "() => document.title").await? == "Second");
+/// Evaluate: values, functions, promises; exceptions are `success: false`, not errors; an
+/// endless script is stopped.
+async fn evaluate(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    ensure!(eval(sb, "1 + 2").await? == 3);
+    ensure!(eval(sb, "() => document.title").await? == "Second");
     ensure!(
         eval(
-            &sb,
+            sb,
             "new Promise(r => setTimeout(() => r({a: [1, 'x']}), 50))"
         )
         .await?
             == json!({"a": [1, "x"]})
     );
-    ensure!(eval(&sb, "undefined").await? == Value::Null);
+    ensure!(eval(sb, "undefined").await? == Value::Null);
     for expression in [
         "throw new Error('boom')",
         "Promise.reject(new Error('boom'))",
         "(() => { throw new Error('boom') })",
     ] {
         let (status, answer) = call(
-            &sb,
+            sb,
             "POST",
             "/v1/browser/page/evaluate",
             Some(json!({"expression": expression})),
@@ -648,7 +753,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         );
     }
     let (status, answer) = call(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/evaluate",
         Some(json!({"expression": "while (true) {}", "timeout": 2})),
@@ -659,14 +764,18 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "an endless script is stopped: {status} {answer}"
     );
     ensure!(
-        eval(&sb, "2 * 21").await? == 42,
+        eval(sb, "2 * 21").await? == 42,
         "the tab answers after an endless script was stopped"
     );
+    Ok(())
+}
 
-    // Scrolling, and a full-page screenshot of a tall page.
-    navigate(&sb, &format!("{SITE}/tall.html")).await?;
+/// Scrolling, and a full-page screenshot of a tall page.
+async fn scroll_and_full_page_screenshot(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    navigate(sb, &format!("{SITE}/tall.html")).await?;
     let scrolled = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/scroll",
         Some(json!({"direction": "down", "amount": 500})),
@@ -676,26 +785,30 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         scrolled["y"].as_f64() == Some(500.0) && scrolled["target"] == "window",
         "{scrolled}"
     );
-    ensure!(eval(&sb, "scrollY").await? == 500);
+    ensure!(eval(sb, "scrollY").await? == 500);
     let scrolled = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/scroll_to",
         Some(json!({"y": 0})),
     )
     .await?;
     ensure!(scrolled["y"].as_f64() == Some(0.0), "{scrolled}");
-    let (status, _, full) = get_bytes(&sb, "/v1/browser/page/screenshot?full_page=true").await?;
+    let (status, _, full) = get_bytes(sb, "/v1/browser/page/screenshot?full_page=true").await?;
     let (fw, fh) = png_size(&full).context("full page is not a PNG")?;
     // The page's width, which is the viewport's without its scrollbar.
-    let inner_width = viewport[0].as_u64().unwrap_or(0) as u32;
+    let inner_width = b.viewport[0].as_u64().unwrap_or(0) as u32;
     ensure!(
         status == 200 && fh >= 3000 && fw <= inner_width && fw + 50 >= inner_width,
         "full page {fw}x{fh}"
     );
+    Ok(())
+}
 
-    // Tabs: open (active), list, activate, close.
-    let tabs = ok(&sb, "GET", "/v1/browser/tabs", None).await?;
+/// Tabs: open (active), list, activate, close; unknown and malformed indexes.
+async fn tabs(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    let tabs = ok(sb, "GET", "/v1/browser/tabs", None).await?;
     ensure!(
         tabs.as_array().map(Vec::len) == Some(1)
             && tabs[0]["active"] == true
@@ -703,7 +816,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "{tabs}"
     );
     let opened = ok(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/tabs",
         Some(json!({"url": format!("{SITE}/second.html")})),
@@ -714,15 +827,15 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "{opened}"
     );
     ensure!(
-        eval(&sb, "document.title").await? == "Second",
+        eval(sb, "document.title").await? == "Second",
         "calls act on the new tab"
     );
-    let blank = ok(&sb, "POST", "/v1/browser/tabs", None).await?;
+    let blank = ok(sb, "POST", "/v1/browser/tabs", None).await?;
     ensure!(
         blank["index"] == 2 && blank["url"] == "about:blank",
         "{blank}"
     );
-    let tabs = ok(&sb, "GET", "/v1/browser/tabs", None).await?;
+    let tabs = ok(sb, "GET", "/v1/browser/tabs", None).await?;
     let titles: Vec<&str> = tabs
         .as_array()
         .context("tabs")?
@@ -736,21 +849,21 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
             && tabs[2]["active"] == true,
         "{tabs}"
     );
-    let activated = ok(&sb, "PUT", "/v1/browser/tabs/0/activate", None).await?;
+    let activated = ok(sb, "PUT", "/v1/browser/tabs/0/activate", None).await?;
     ensure!(
         activated["active"] == true && activated["title"] == "Tall",
         "{activated}"
     );
     ensure!(
-        eval(&sb, "document.title").await? == "Tall",
+        eval(sb, "document.title").await? == "Tall",
         "calls act on the activated tab"
     );
-    let remaining = ok(&sb, "DELETE", "/v1/browser/tabs/2", None).await?;
+    let remaining = ok(sb, "DELETE", "/v1/browser/tabs/2", None).await?;
     ensure!(
         remaining.as_array().map(Vec::len) == Some(2) && remaining[0]["active"] == true,
         "{remaining}"
     );
-    let remaining = ok(&sb, "DELETE", "/v1/browser/tabs/0", None).await?;
+    let remaining = ok(sb, "DELETE", "/v1/browser/tabs/0", None).await?;
     ensure!(
         remaining.as_array().map(Vec::len) == Some(1)
             && remaining[0]["title"] == "Second"
@@ -758,18 +871,23 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "{remaining}"
     );
     ensure!(
-        eval(&sb, "document.title").await? == "Second",
+        eval(sb, "document.title").await? == "Second",
         "calls act on the remaining tab"
     );
-    let (status, answer) = call(&sb, "DELETE", "/v1/browser/tabs/5", None).await?;
+    let (status, answer) = call(sb, "DELETE", "/v1/browser/tabs/5", None).await?;
     ensure!(
         status == 404 && answer["message"].as_str().unwrap_or("").contains("index 5"),
         "{status} {answer}"
     );
-    let (status, answer) = call(&sb, "PUT", "/v1/browser/tabs/x/activate", None).await?;
+    let (status, answer) = call(sb, "PUT", "/v1/browser/tabs/x/activate", None).await?;
     ensure!(status == 422, "{status} {answer}");
+    Ok(())
+}
 
-    // Bad input: 422 naming the field, and nothing happens.
+/// Bad input: 422 naming the field, and nothing happens; a missing element is a 404 and an
+/// unreachable site a 502.
+async fn bad_input_changes_nothing(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
     for (path, body, field) in [
         ("/v1/browser/page/navigate", json!({}), "url"),
         (
@@ -801,7 +919,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         ("/v1/browser/page/wait", json!({"type": "download"}), "type"),
         ("/v1/browser/page/fill", json!({"text": "x"}), "selector"),
     ] {
-        let (status, answer) = call(&sb, "POST", path, Some(body.clone())).await?;
+        let (status, answer) = call(sb, "POST", path, Some(body.clone())).await?;
         ensure!(status == 422, "{path} {body}: {status} {answer}");
         ensure!(
             answer["message"].as_str().unwrap_or("").contains(field),
@@ -813,11 +931,11 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         );
     }
     ensure!(
-        eval(&sb, "document.title").await? == "Second",
+        eval(sb, "document.title").await? == "Second",
         "bad requests changed nothing"
     );
     let (status, answer) = call(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/click",
         Some(json!({"selector": "#missing"})),
@@ -832,7 +950,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         "{status} {answer}"
     );
     let (status, answer) = call(
-        &sb,
+        sb,
         "POST",
         "/v1/browser/page/navigate",
         Some(json!({"url": "http://127.0.0.1:8009/"})),
@@ -846,8 +964,13 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
                 .contains("ERR_CONNECTION_REFUSED"),
         "{status} {answer}"
     );
+    Ok(())
+}
 
-    // Chromium dies; the supervisor restarts it; the next call reconnects by itself.
+/// Chromium dies; the supervisor restarts it; the next call reconnects by itself, to a new
+/// browser.
+async fn reconnects_after_chromium_restarts(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
     let before = sb.program("chromium").await?;
     let _ = sb.exec(&["pkill", "-KILL", "-f", "/usr/lib/chromium/chromium"]);
     sb.wait_programs("chromium restarted", Duration::from_secs(60), |programs| {
@@ -856,12 +979,12 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
     })
     .await?;
     sb.wait_ready(Duration::from_secs(60)).await?;
-    let page = navigate(&sb, &format!("{SITE}/index.html")).await?;
+    let page = navigate(sb, &format!("{SITE}/index.html")).await?;
     ensure!(page["title"] == "Agentbox Test", "{page}");
-    ensure!(eval(&sb, "document.querySelector('h1').textContent").await? == "Welcome");
-    let info = ok(&sb, "GET", "/v1/browser/info", None).await?;
+    ensure!(eval(sb, "document.querySelector('h1').textContent").await? == "Welcome");
+    let info = ok(sb, "GET", "/v1/browser/info", None).await?;
     ensure!(
-        info["cdp_url"] != cdp_url,
+        info["cdp_url"] != b.cdp_url.as_str(),
         "a restarted Chromium has a new websocket URL: {info}"
     );
     Ok(())

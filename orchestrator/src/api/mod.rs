@@ -23,9 +23,8 @@ pub mod types;
 
 use std::sync::Arc;
 
-use agentbox_http::fallback;
-use agentbox_http::request_id::{self, RequestIds};
-use agentbox_http::unread_body::UnreadBodyLayer;
+use agentbox_http::plumbing;
+use agentbox_http::request_id::RequestIds;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::HeaderMap;
@@ -130,22 +129,20 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
     let (public, _) = health::public_routes().split_for_parts();
-    public
+    let routes = public
         .merge(keyed)
         .merge(proxy::token_routes())
         .merge(assets::routes())
-        .route_layer(middleware::from_fn_with_state(state.clone(), observe))
-        .fallback(fallback::not_found::<ApiError>)
-        .method_not_allowed_fallback(fallback::method_not_allowed::<ApiError>)
-        .layer(middleware::from_fn(record_sandbox_id))
-        .layer(middleware::from_fn_with_state(
-            state.request_ids.clone(),
-            request_id::trace,
-        ))
-        // Outermost: a body a refusal left unread (here or, proxied, in sandboxd) is drained or
-        // the close announced, so the caller's next call on the connection works.
-        .layer(UnreadBodyLayer::new())
-        .with_state(state)
+        .route_layer(middleware::from_fn_with_state(state.clone(), observe));
+    // The fallbacks, the request span (with the sandbox id recorded on it) and, outermost, the
+    // unread-body layer: a body a refusal left unread (here or, proxied, in sandboxd) is drained
+    // or the close announced.
+    plumbing::wrap::<ApiError, _, _>(
+        routes,
+        middleware::from_fn(record_sandbox_id),
+        state.request_ids.clone(),
+    )
+    .with_state(state)
 }
 
 impl AppState {

@@ -3,6 +3,10 @@
 //!
 //! Request types reject unknown fields (a misspelt `idle_timeout` should fail loudly, not be
 //! ignored) and accept `null` for optional ones. Times are RFC 3339 strings in UTC.
+//!
+//! Every type is both `Serialize` and `Deserialize`: the server reads requests and writes
+//! answers, the command line (`crate::cli`) writes requests and reads answers, with these same
+//! definitions.
 
 mod runs;
 
@@ -14,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// `POST /v1/sandboxes`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxRequest {
     /// Image to run; default: the server's sandbox image. Others must be allowed by the server.
@@ -71,7 +75,7 @@ pub struct SandboxList {
 }
 
 /// `POST /v1/sandboxes/{id}/timeout`.
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetTimeoutRequest {
     pub idle_timeout_secs: Option<i64>,
@@ -80,7 +84,7 @@ pub struct SetTimeoutRequest {
 }
 
 /// `POST /v1/sandboxes/{id}/tokens`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTokenRequest {
     /// `view` (watch only: input is dropped) or `control`.
@@ -109,7 +113,7 @@ pub struct Revoked {
 }
 
 /// `POST /v1/keys`.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyRequest {
     pub name: String,

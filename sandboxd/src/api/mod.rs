@@ -30,9 +30,8 @@ pub mod vnc;
 
 use std::sync::Arc;
 
-use agentbox_http::fallback;
-use agentbox_http::request_id::{self, RequestIds};
-use agentbox_http::unread_body::UnreadBodyLayer;
+use agentbox_http::plumbing;
+use agentbox_http::request_id::RequestIds;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
@@ -195,20 +194,14 @@ pub fn router(state: AppState) -> Router {
             track_activity,
         ));
     let (public, _) = health::public_routes().split_for_parts();
-    public
-        .merge(protected)
-        .merge(viewer)
-        .fallback(fallback::not_found::<ApiError>)
-        .method_not_allowed_fallback(fallback::method_not_allowed::<ApiError>)
-        .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
-        .layer(middleware::from_fn_with_state(
-            state.request_ids.clone(),
-            request_id::trace,
-        ))
-        // Outermost: a body a refusal left unread is drained or the close announced, so the
-        // caller's next call on the connection works.
-        .layer(UnreadBodyLayer::new())
-        .with_state(state)
+    // The fallbacks, the request span and, outermost, the unread-body layer; the default
+    // body limit applies to every route.
+    plumbing::wrap::<ApiError, _, _>(
+        public.merge(protected).merge(viewer),
+        DefaultBodyLimit::max(DEFAULT_BODY_LIMIT),
+        state.request_ids.clone(),
+    )
+    .with_state(state)
 }
 
 /// Marks the sandbox active for the duration of each request (for the dead-man switch).
