@@ -27,7 +27,7 @@ use super::types::{
 use crate::auth::Caller;
 use crate::db::{ArtifactRecord, EventRecord, RunRecord, RunState};
 use crate::runs::{Created, RunRequest};
-use crate::secret::rfc3339;
+use agentbox_http::timestamp::rfc3339_from_unix_ms as rfc3339;
 
 /// Most events in one JSON page.
 const MAX_PAGE: i64 = 1000;
