@@ -26,6 +26,8 @@ use crate::api::types::{
 use crate::config::ServeArgs;
 use crate::tokens::Scope;
 
+mod runs;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "orchestrator",
@@ -67,6 +69,9 @@ enum Command {
     /// Manage API keys (admin key needed).
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Start a computer-use run (`run "<task>" --model <m> [--follow]`), or list, show,
+    /// cancel, take over, hand back.
+    Run(Box<runs::RunArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,6 +215,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Keys(command) => keys(&client, command).await,
+        Command::Run(args) => runs::run(&client, *args).await,
     }
 }
 
@@ -446,6 +452,18 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> anyhow::Result<Answer> {
+        self.send_with_headers(method, path, body, std::iter::empty())
+            .await
+    }
+
+    /// [`send`](Self::send) with extra request headers.
+    async fn send_with_headers<'h, B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        headers: impl Iterator<Item = (&'static str, &'h str)>,
+    ) -> anyhow::Result<Answer> {
         let Some(key) = &self.key else {
             bail!("no API key: pass --api-key or set AGENTBOX_API_KEY");
         };
@@ -456,6 +474,9 @@ impl Client {
             .bearer_auth(key);
         if let Some(body) = body {
             request = request.json(body);
+        }
+        for (name, value) in headers {
+            request = request.header(name, value);
         }
         let response = request
             .send()

@@ -100,6 +100,18 @@ async fn post_run(
     Ok((status, response.json().await.unwrap_or(Value::Null)))
 }
 
+/// Runs the orchestrator's command line against `orchestrator`.
+// The test drives the real binary, as a person would; std waits for it.
+#[allow(clippy::disallowed_methods)]
+fn cli(orchestrator: &Orchestrator, args: &[&str]) -> anyhow::Result<std::process::Output> {
+    Ok(
+        std::process::Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args(["--url", &orchestrator.url, "--api-key", ADMIN_KEY])
+            .args(args)
+            .output()?,
+    )
+}
+
 /// Red along the three edges of one triangle, white inside it and around it.
 fn check_red_triangle(png: &[u8]) -> anyhow::Result<()> {
     let image = image::load_from_memory_with_format(png, image::ImageFormat::Png)?.to_rgb8();
@@ -318,6 +330,23 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
     assert_eq!(response.headers()["x-content-type-options"], "nosniff");
     let png = response.bytes().await?;
     check_red_triangle(&png)?;
+
+    // The command line reads the same log, one line per event with the step.
+    let output = cli(&orchestrator, &["run", "events", &id])?;
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(printed.lines().count(), seqs.len(), "{printed}");
+    assert!(printed.contains("run.status completed"), "{printed}");
+    assert!(
+        printed.contains("artifact.created outputs/red-triangle.png"),
+        "{printed}"
+    );
+    let output = cli(&orchestrator, &["run", "ls"])?;
+    assert!(String::from_utf8_lossy(&output.stdout).contains(&format!("{id}\tcompleted")));
 
     // Terminal states never change.
     let (status, _) = orchestrator
