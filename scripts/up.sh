@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds what Agentbox needs and starts it: the sandbox image, the orchestrator (SQLite in
-# .agentbox/, no external services, no model key), one sandbox, and a live desktop link.
+# .agentbox/, no external services, no model key), one sandbox, a live desktop link, and the
+# demo run in that sandbox: seed 003's acceptance task (open the paint program, draw a red
+# triangle, save it as PNG under ~/outputs) with the script provider, no model needed.
 #
 # Re-running restarts the orchestrator with the same data and admin key: it adopts the sandboxes
 # that are still running. Stop everything: scripts/down.sh
@@ -36,7 +38,7 @@ fi
 
 log "starting the orchestrator on $url (log: $data/orchestrator.log)"
 AGENTBOX_ADMIN_KEY="$admin_key" nohup "$orchestrator" serve \
-  --listen "$listen" --data-dir "$data" --pool-size "${AGENTBOX_POOL_SIZE:-1}" \
+  --listen "$listen" --data-dir "$data" --scripts-dir "$root/examples" --pool-size "${AGENTBOX_POOL_SIZE:-1}" \
   >>"$data/orchestrator.log" 2>&1 &
 echo $! > "$data/orchestrator.pid"
 for _ in $(seq 1 300); do
@@ -49,6 +51,9 @@ export AGENTBOX_URL="$url" AGENTBOX_API_KEY="$admin_key"
 log "creating a sandbox (first start of the image takes a few seconds)"
 id=$("$orchestrator" sandbox create --metadata created_by=up.sh)
 viewer=$("$orchestrator" token "$id" --scope control --ttl 3600 2>/dev/null)
+task="Open the paint program, draw a red triangle, save it as PNG under ~/outputs"
+run=$("$orchestrator" run "$task" --model script:draw-red-triangle.json --sandbox "$id" \
+  --metadata created_by=up.sh 2>/dev/null)
 
 cat <<MSG
 
@@ -58,11 +63,19 @@ Agentbox is running.
   Sandbox:           $id
   Live desktop:      $viewer
                      (control token, 1 hour; 'orchestrator token $id' gives a view-only link)
+  Demo run:          $run   (drawing a red triangle in that sandbox now: watch it live)
+  Its events:        $orchestrator run events $run --follow
+  The PNG, when done: curl -H "Authorization: Bearer \$AGENTBOX_API_KEY" -o red-triangle.png \\
+                       $url/v1/runs/$run/artifacts/outputs/red-triangle.png
   Sandbox API:       $url/v1/sandboxes/$id/api   (AIO-compatible, e.g. the agent-sandbox SDK)
   CDP (Playwright):  ws://$listen/v1/sandboxes/$id/cdp
 
   export AGENTBOX_URL=$url AGENTBOX_API_KEY=\$(cat $data/admin-key)
   $orchestrator sandbox ls
+  $orchestrator run ls
+  # The same task driven by a model: start the orchestrator with an OpenAI-compatible server
+  # (vLLM, Ollama, SGLang), e.g. OPENAI_CHAT_BASE_URL=http://127.0.0.1:11434/v1, then
+  $orchestrator run "$task" --model openai-chat:qwen2.5vl --follow
   $orchestrator sandbox exec $id -- uname -a
   curl -H "Authorization: Bearer \$AGENTBOX_API_KEY" $url/v1/sandboxes/$id/api/v1/sandbox
 
