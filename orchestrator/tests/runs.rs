@@ -467,3 +467,54 @@ async fn a_run_survives_kill_9_of_the_orchestrator() -> anyhow::Result<()> {
     assert!(log.lines().filter(|l| *l == "b").count() <= 1, "{log}");
     Ok(())
 }
+
+/// 500 concurrent subscribers to one run each receive every event once, in order, and their
+/// streams end after the terminal status.
+#[tokio::test]
+async fn five_hundred_subscribers_see_every_event_in_order() -> anyhow::Result<()> {
+    let scripts = tempfile::tempdir()?;
+    let mut steps: Vec<Value> = (0..15)
+        .map(|i| json!({"action": "SHELL", "command": format!("sleep 0.1; echo {i}")}))
+        .collect();
+    steps.push(json!({"action": "FINAL", "answer": "counted"}));
+    std::fs::write(
+        scripts.path().join("count.json"),
+        serde_json::to_string(&steps)?,
+    )?;
+    let orchestrator = Orchestrator::start(Options {
+        extra_args: vec!["--scripts-dir".into(), scripts.path().display().to_string()],
+        ..Options::default()
+    })?;
+    let (status, run) = post_run(
+        &orchestrator,
+        json!({"task": "count", "model": "script:count.json"}),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().context("id")?.to_string();
+    let path = format!("/v1/runs/{id}/events");
+    let subscribers = (0..500).map(|_| {
+        read_sse(&orchestrator, &path, None, |events| {
+            events.last().is_some_and(is_terminal)
+        })
+    });
+    let results = futures_util::future::join_all(subscribers).await;
+    let (_, page) = orchestrator
+        .get(&format!("/v1/runs/{id}/events?format=json&limit=1000"))
+        .await?;
+    let expected: Vec<i64> = page["events"]
+        .as_array()
+        .context("events")?
+        .iter()
+        .filter_map(|e| e["seq"].as_i64())
+        .collect();
+    assert_eq!(expected, (1..=expected.len() as i64).collect::<Vec<_>>());
+    assert_eq!(page["done"], true, "{page}");
+    for (i, result) in results.into_iter().enumerate() {
+        let events = result.with_context(|| format!("subscriber {i}"))?;
+        let seqs: Vec<i64> = events.iter().map(|e| e.0).collect();
+        assert_eq!(seqs, expected, "subscriber {i}");
+    }
+    Ok(())
+}
