@@ -518,3 +518,162 @@ async fn five_hundred_subscribers_see_every_event_in_order() -> anyhow::Result<(
     }
     Ok(())
 }
+
+/// Seed 003's takeover: while the agent drives, a control viewer's pointer input is dropped;
+/// after `takeover` (answered once the action in flight finished) it moves the pointer and
+/// clicks through the VNC proxy; after `handback` it is dropped again and the run completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Result<()> {
+    use common::{mouse_location, pointer_event, rfb_handshake, ws_connect, ws_url};
+    use futures_util::SinkExt;
+
+    let scripts = tempfile::tempdir()?;
+    let mut steps: Vec<Value> = (0..60)
+        .map(|i| json!({"action": "SHELL", "command": format!("sleep 0.25; echo {i}")}))
+        .collect();
+    steps.push(json!({"action": "FINAL", "answer": "done"}));
+    std::fs::write(
+        scripts.path().join("slow.json"),
+        serde_json::to_string(&steps)?,
+    )?;
+    let orchestrator = Orchestrator::start(Options {
+        extra_args: vec!["--scripts-dir".into(), scripts.path().display().to_string()],
+        ..Options::default()
+    })?;
+    let sandbox = orchestrator.create(json!({})).await?;
+    let sandbox_id = sandbox["id"].as_str().context("id")?.to_string();
+    agentbox_tests::docker(&[
+        "exec",
+        &common::container_name(&sandbox_id),
+        "xdotool",
+        "mousemove",
+        "10",
+        "10",
+    ])?;
+    let (status, run) = post_run(
+        &orchestrator,
+        json!({"task": "slow", "model": "script:slow.json", "sandbox_id": sandbox_id}),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().context("id")?.to_string();
+    // A second run on the same sandbox is refused while this one is active.
+    let (status, _) = post_run(
+        &orchestrator,
+        json!({"task": "other", "model": "script:slow.json", "sandbox_id": sandbox_id}),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 409);
+    let path = format!("/v1/runs/{id}/events");
+    read_sse(&orchestrator, &path, None, |events| {
+        events.iter().any(|e| e.1 == "action.finished")
+    })
+    .await?;
+
+    let token = orchestrator.token(&sandbox_id, "control").await?;
+    let url = ws_url(&orchestrator.u(&format!(
+        "/v1/sandboxes/{sandbox_id}/vnc/websockify?token={}",
+        token["token"].as_str().context("token")?
+    )));
+    let mut viewer = ws_connect(&url, None, Some("binary")).await?;
+    let mut pending = Vec::new();
+    rfb_handshake(&mut viewer, &mut pending).await?;
+
+    // The agent drives: the person's pointer does not reach the desktop.
+    viewer.send(pointer_event(321, 234)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        mouse_location(&sandbox_id)?,
+        (10, 10),
+        "refused before takeover"
+    );
+
+    let (status, paused) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{id}/takeover"),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await?;
+    assert_eq!(
+        (status, paused["status"].as_str()),
+        (200, Some("paused")),
+        "{paused}"
+    );
+    viewer.send(pointer_event(321, 234)).await?;
+    // A click: button 1 down and up.
+    let click = |buttons: u8| {
+        let mut m = vec![5u8, buttons];
+        m.extend(321u16.to_be_bytes());
+        m.extend(234u16.to_be_bytes());
+        tokio_tungstenite::tungstenite::Message::Binary(m.into())
+    };
+    viewer.send(click(1)).await?;
+    viewer.send(click(0)).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while mouse_location(&sandbox_id)? != (321, 234) {
+        if Instant::now() > deadline {
+            bail!("the person's pointer did not arrive after takeover");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Paused: no action runs.
+    let (_, before) = orchestrator.get(&format!("/v1/runs/{id}")).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, after) = orchestrator.get(&format!("/v1/runs/{id}")).await?;
+    assert_eq!(
+        before["last_seq"], after["last_seq"],
+        "nothing happens while paused"
+    );
+
+    let (status, resumed) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{id}/handback"),
+            Some(ADMIN_KEY),
+            Some(json!({"note": "moved the pointer"})),
+        )
+        .await?;
+    assert_eq!(
+        (status, resumed["status"].as_str()),
+        (200, Some("running")),
+        "{resumed}"
+    );
+    viewer.send(pointer_event(50, 60)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        mouse_location(&sandbox_id)?,
+        (321, 234),
+        "refused after handback"
+    );
+
+    let events = read_sse(&orchestrator, &path, Some(0), |events| {
+        events.last().is_some_and(is_terminal)
+    })
+    .await?;
+    assert_eq!(events.last().context("end")?.2["status"], "completed");
+    let kinds: Vec<&str> = events.iter().map(|e| e.1.as_str()).collect();
+    let taken = kinds
+        .iter()
+        .position(|k| *k == "control.taken")
+        .context("taken")?;
+    let returned = kinds
+        .iter()
+        .position(|k| *k == "control.returned")
+        .context("returned")?;
+    assert!(taken < returned);
+    assert_eq!(events[returned].2["note"], "moved the pointer");
+    // The run is over: the desktop is the person's again.
+    viewer.send(pointer_event(70, 80)).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while mouse_location(&sandbox_id)? != (70, 80) {
+        if Instant::now() > deadline {
+            bail!("the pointer is not the person's after the run ended");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use agentbox_tests::{docker, rand_u64, sandbox_image};
 use anyhow::{Context, bail};
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 pub const ADMIN_KEY: &str = "test-admin-key-0123456789abcdefghij";
 
@@ -322,4 +325,90 @@ pub fn container_name(id: &str) -> String {
 /// Whether a sandbox's container exists.
 pub fn container_exists(id: &str) -> bool {
     docker(&["inspect", &container_name(id)]).is_ok()
+}
+
+/// A WebSocket client stream.
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub async fn ws_connect(
+    url: &str,
+    bearer: Option<&str>,
+    protocol: Option<&str>,
+) -> anyhow::Result<Ws> {
+    let mut request = url.into_client_request()?;
+    if let Some(key) = bearer {
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {key}").parse()?);
+    }
+    if let Some(protocol) = protocol {
+        request
+            .headers_mut()
+            .insert("sec-websocket-protocol", protocol.parse()?);
+    }
+    let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+    Ok(socket)
+}
+
+pub fn ws_url(http: &str) -> String {
+    http.replacen("http://", "ws://", 1)
+}
+
+/// Reads exactly `n` bytes of an RFB stream carried in binary WebSocket messages.
+pub async fn read_rfb(socket: &mut Ws, pending: &mut Vec<u8>, n: usize) -> anyhow::Result<Vec<u8>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pending.len() < n {
+        let message = tokio::time::timeout_at(deadline.into(), socket.next())
+            .await
+            .context("timed out reading RFB")?
+            .context("socket closed")??;
+        match message {
+            Message::Binary(bytes) => pending.extend_from_slice(&bytes),
+            Message::Close(frame) => bail!("closed: {frame:?}"),
+            _ => {}
+        }
+    }
+    Ok(pending.drain(..n).collect())
+}
+
+/// Completes the RFB 3.8 handshake (security None); returns the framebuffer size.
+pub async fn rfb_handshake(socket: &mut Ws, pending: &mut Vec<u8>) -> anyhow::Result<(u16, u16)> {
+    let version = read_rfb(socket, pending, 12).await?;
+    assert_eq!(&version, b"RFB 003.008\n");
+    socket
+        .send(Message::Binary(b"RFB 003.008\n".to_vec().into()))
+        .await?;
+    let count = read_rfb(socket, pending, 1).await?[0] as usize;
+    let types = read_rfb(socket, pending, count).await?;
+    assert!(types.contains(&1), "security None offered: {types:?}");
+    socket.send(Message::Binary(vec![1u8].into())).await?;
+    let result = read_rfb(socket, pending, 4).await?;
+    assert_eq!(result, [0, 0, 0, 0], "security result OK");
+    socket.send(Message::Binary(vec![1u8].into())).await?; // ClientInit, shared
+    let init = read_rfb(socket, pending, 24).await?;
+    let width = u16::from_be_bytes([init[0], init[1]]);
+    let height = u16::from_be_bytes([init[2], init[3]]);
+    let name_len = u32::from_be_bytes([init[20], init[21], init[22], init[23]]) as usize;
+    read_rfb(socket, pending, name_len).await?;
+    Ok((width, height))
+}
+
+pub fn pointer_event(x: u16, y: u16) -> Message {
+    let mut m = vec![5u8, 0];
+    m.extend(x.to_be_bytes());
+    m.extend(y.to_be_bytes());
+    Message::Binary(m.into())
+}
+
+pub fn mouse_location(id: &str) -> anyhow::Result<(i64, i64)> {
+    let out = docker(&["exec", &container_name(id), "xdotool", "getmouselocation"])?;
+    let field = |name: &str| -> anyhow::Result<i64> {
+        out.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .context("mouse location field")?
+            .parse()
+            .context("number")
+    };
+    Ok((field("x:")?, field("y:")?))
 }
