@@ -1,10 +1,12 @@
 //! Shared pieces of the benchmark harnesses: statistics, docker helpers, a private network with
 //! fixed addresses (so no `docker inspect` sits inside a timed section), and report printing.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use serde_json::Value;
 
 /// The benchmark network and the fixed address its containers get.
 pub const NETWORK: &str = "agentbox-bench";
@@ -103,4 +105,114 @@ pub fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The admin key of the orchestrators the benchmarks start.
+pub const ADMIN_KEY: &str = "bench-admin-key-0123456789abcdefghij";
+
+/// An orchestrator under test: the bench's own child, with its own instance, network and data
+/// directory; killed, waited for and cleaned up (containers, network, data) on drop.
+pub struct OrchestratorServer {
+    child: Child,
+    pub url: String,
+    pub instance: String,
+    pub network: String,
+    _data: std::path::PathBuf,
+}
+
+impl OrchestratorServer {
+    // The orchestrator under test is the bench's own child, killed and waited for on drop.
+    #[allow(clippy::disallowed_methods)]
+    /// Starts `binary serve` with `pool` warm sandboxes of `image` and `extra` flags.
+    pub fn start(
+        binary: &str,
+        image: &str,
+        pool: usize,
+        tag: &str,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
+        let instance = format!("bench-{tag}-{}", std::process::id());
+        let data = std::env::temp_dir().join(format!("agentbox-{instance}"));
+        let _ = std::fs::remove_dir_all(&data);
+        let network = format!("agentbox-{instance}");
+        let mut child = Command::new(binary)
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .arg("--data-dir")
+            .arg(&data)
+            .args([
+                "--instance",
+                &instance,
+                "--network",
+                &network,
+                "--image",
+                image,
+            ])
+            .args([
+                "--pool-size",
+                &pool.to_string(),
+                "--ready-timeout-secs",
+                "600",
+            ])
+            .args(extra)
+            .env("AGENTBOX_ADMIN_KEY", ADMIN_KEY)
+            .env("RUST_LOG", "warn,orchestrator=info")
+            .env_remove("DATABASE_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| {
+                format!("starting {binary} (build it: cargo build --release -p orchestrator)")
+            })?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("\"listening\"") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .context("the orchestrator did not start")?;
+        let value: Value = serde_json::from_str(&line)?;
+        let url = format!("http://{}", value["addr"].as_str().context("addr")?);
+        Ok(Self {
+            child,
+            url,
+            instance,
+            network,
+            _data: data,
+        })
+    }
+}
+
+impl Drop for OrchestratorServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Ok(ids) = docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=agentbox.instance={}", self.instance),
+        ]) {
+            for id in ids.lines().filter(|l| !l.is_empty()) {
+                let _ = docker(&["rm", "-f", "-v", id]);
+            }
+        }
+        let _ = docker(&["network", "rm", &self.network]);
+        let _ = std::fs::remove_dir_all(&self._data);
+    }
+}
+
+/// The `q` quantile (0 to 1, nearest rank) of `samples`, in milliseconds.
+pub fn percentile(samples: &[Duration], q: f64) -> f64 {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    if ms.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((ms.len() as f64 - 1.0) * q).round() as usize;
+    ms[i.min(ms.len() - 1)]
 }

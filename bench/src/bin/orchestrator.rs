@@ -12,103 +12,18 @@
 //!
 //! `cargo build --release -p orchestrator && cargo run --release -p agentbox-bench --bin orchestrator-bench -- --iterations 10`
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentbox_bench::{NETWORK, Stats, arg, docker, ensure_network, print_header, print_row};
+use agentbox_bench::{
+    ADMIN_KEY, NETWORK, OrchestratorServer as Server, Stats, arg, docker, ensure_network,
+    print_header, print_row,
+};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 const FLOOR_IP: &str = "172.31.250.11";
-const ADMIN_KEY: &str = "bench-admin-key-0123456789abcdefghij";
-
-struct Server {
-    child: Child,
-    url: String,
-    instance: String,
-    network: String,
-    _data: std::path::PathBuf,
-}
-
-impl Server {
-    // The orchestrator under test is the bench's own child, killed and waited for on drop.
-    #[allow(clippy::disallowed_methods)]
-    fn start(binary: &str, image: &str, pool: usize, tag: &str) -> anyhow::Result<Self> {
-        let instance = format!("bench-{tag}-{}", std::process::id());
-        let data = std::env::temp_dir().join(format!("agentbox-{instance}"));
-        let _ = std::fs::remove_dir_all(&data);
-        let network = format!("agentbox-{instance}");
-        let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .arg("--data-dir")
-            .arg(&data)
-            .args([
-                "--instance",
-                &instance,
-                "--network",
-                &network,
-                "--image",
-                image,
-            ])
-            .args([
-                "--pool-size",
-                &pool.to_string(),
-                "--ready-timeout-secs",
-                "600",
-            ])
-            .env("AGENTBOX_ADMIN_KEY", ADMIN_KEY)
-            .env("RUST_LOG", "warn,orchestrator=info")
-            .env_remove("DATABASE_URL")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| {
-                format!("starting {binary} (build it: cargo build --release -p orchestrator)")
-            })?;
-        let stderr = child.stderr.take().context("stderr")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("\"listening\"") {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .context("the orchestrator did not start")?;
-        let value: Value = serde_json::from_str(&line)?;
-        let url = format!("http://{}", value["addr"].as_str().context("addr")?);
-        Ok(Self {
-            child,
-            url,
-            instance,
-            network,
-            _data: data,
-        })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Ok(ids) = docker(&[
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=agentbox.instance={}", self.instance),
-        ]) {
-            for id in ids.lines().filter(|l| !l.is_empty()) {
-                let _ = docker(&["rm", "-f", "-v", id]);
-            }
-        }
-        let _ = docker(&["network", "rm", &self.network]);
-        let _ = std::fs::remove_dir_all(&self._data);
-    }
-}
 
 async fn create(client: &reqwest::Client, server: &Server) -> anyhow::Result<(Duration, String)> {
     let started = Instant::now();
@@ -254,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // 1. Cold create vs docker run floor.
-    let server = Server::start(&binary, &image, 0, "cold")?;
+    let server = Server::start(&binary, &image, 0, "cold", &[])?;
     let mut cold = Vec::new();
     let mut floor = Vec::new();
     for i in 0..=iterations {
@@ -348,7 +263,7 @@ async fn main() -> anyhow::Result<()> {
     drop(server);
 
     // 2. Warm-pool claims.
-    let server = Server::start(&binary, &image, 2, "pool")?;
+    let server = Server::start(&binary, &image, 2, "pool", &[])?;
     let mut claim_samples = Vec::new();
     for i in 0..claims {
         let deadline = Instant::now() + Duration::from_secs(300);
