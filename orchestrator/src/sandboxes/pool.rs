@@ -62,7 +62,7 @@ impl Pool {
         }
     }
 
-    /// The ids of the ready members, in claim order.
+    /// The ids of the queued members, in claim order.
     #[cfg(test)]
     pub(crate) fn ready_ids(&self) -> Vec<String> {
         self.ready
