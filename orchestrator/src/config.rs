@@ -104,7 +104,7 @@ pub struct ServeArgs {
     /// How long records of sandboxes whose container vanished are kept, seconds.
     #[arg(long, env = "AGENTBOX_LOST_RETENTION_SECS", default_value_t = 3600)]
     pub lost_retention_secs: u64,
-    /// Sandboxes one API key may have running at once (creating or ready; 0: no limit).
+    /// Sandboxes one API key may have running at once (creating, ready or degraded; 0: no limit).
     #[arg(long, env = "AGENTBOX_MAX_SANDBOXES_PER_KEY", default_value_t = 20)]
     pub max_sandboxes_per_key: usize,
     /// The master key file (256 bits; sandbox keys and the token-signing key are derived from

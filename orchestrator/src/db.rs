@@ -451,11 +451,12 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Counts a key's sandboxes that hold resources (creating or ready, not pool members).
+    /// Counts a key's sandboxes that hold resources (creating, ready or degraded, not pool
+    /// members).
     pub async fn count_live_sandboxes(&self, owner_key_id: &str) -> Result<i64> {
         let row = sqlx::query(
             "SELECT COUNT(*) FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready')",
+             AND status IN ('creating', 'ready', 'degraded')",
         )
         .bind(owner_key_id)
         .fetch_one(&self.pool)

@@ -17,12 +17,14 @@
 //! - [`proxy`]: HTTP and WebSocket relays and the RFB view-only filter;
 //! - [`api`]: the REST API (axum), the only part that knows HTTP status codes;
 //! - [`metrics`]: Prometheus metrics; [`cli`]: the command line (logging is `agentbox-http`'s);
-//! - [`secret`]: random secrets, ids, hashes and time helpers.
+//! - [`secret`]: random secrets, ids, hashes and time helpers; [`clock`]: the time as the
+//!   lifecycle reads it (a trait, so tests can move it).
 
 pub mod api;
 pub mod auth;
 pub mod backend;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod data_dir;
 pub mod db;
@@ -34,6 +36,9 @@ pub mod sandboxes;
 pub mod secret;
 pub mod sessions;
 pub mod tokens;
+
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::sync::Arc;
 

@@ -138,7 +138,7 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     assert_eq!(store.adopt_unassigned("inst-b").await?, 1);
     assert_eq!(store.adopt_unassigned("inst-c").await?, 0);
     assert_eq!(store.list_sandboxes(&mine("inst-b")).await?.len(), 1);
-    // Live sandboxes per key (creating or ready, not pool members).
+    // Live sandboxes per key (creating, ready or degraded, not pool members).
     assert_eq!(store.count_live_sandboxes("key-1").await?, 2);
     store.delete_sandbox("sbx-o").await?;
     // Health moves only between ready and degraded.

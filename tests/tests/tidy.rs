@@ -57,6 +57,12 @@ const HTTP_RULES: &[HttpRule] = &[
                 &["axum"],
                 "the HTTP proxy forwards requests and bodies as they are, in axum's types",
             ),
+            (
+                "orchestrator/src/testing/",
+                &["StatusCode"],
+                "the unit tests' fake sandboxd answers as the real one does: with a status in \
+                 the client's error",
+            ),
         ],
     },
     HttpRule {

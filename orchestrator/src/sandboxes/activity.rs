@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::secret::now_ms;
+use crate::clock::Clock;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {
@@ -14,9 +14,10 @@ struct Entry {
 }
 
 /// Activity of every live sandbox.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ActivityTracker {
     entries: Mutex<HashMap<String, Entry>>,
+    clock: Arc<dyn Clock>,
 }
 
 /// Keeps a sandbox active while alive (an open proxied request or session).
@@ -32,14 +33,17 @@ impl Drop for ActivityHold {
             && let Some(entry) = entries.get_mut(&self.id)
         {
             entry.holds = entry.holds.saturating_sub(1);
-            entry.last_ms = entry.last_ms.max(now_ms());
+            entry.last_ms = entry.last_ms.max(self.tracker.clock.now_ms());
         }
     }
 }
 
 impl ActivityTracker {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    pub fn new(clock: Arc<dyn Clock>) -> Arc<Self> {
+        Arc::new(Self {
+            entries: Mutex::default(),
+            clock,
+        })
     }
 
     /// Starts tracking a sandbox whose last activity was at `last_ms`.
@@ -52,7 +56,7 @@ impl ActivityTracker {
 
     /// Records activity now.
     pub fn touch(&self, id: &str) {
-        self.seed(id, now_ms());
+        self.seed(id, self.clock.now_ms());
     }
 
     /// Marks activity and holds the sandbox active until the guard drops.
@@ -60,7 +64,7 @@ impl ActivityTracker {
         if let Ok(mut entries) = self.entries.lock() {
             let entry = entries.entry(id.to_string()).or_default();
             entry.holds += 1;
-            entry.last_ms = entry.last_ms.max(now_ms());
+            entry.last_ms = entry.last_ms.max(self.clock.now_ms());
         }
         ActivityHold {
             tracker: self.clone(),
@@ -72,6 +76,15 @@ impl ActivityTracker {
     pub fn get(&self, id: &str) -> Option<(i64, usize)> {
         let entries = self.entries.lock().ok()?;
         entries.get(id).map(|e| (e.last_ms, e.holds))
+    }
+
+    /// The sandboxes tracked now.
+    #[cfg(test)]
+    pub(crate) fn tracked(&self) -> Vec<String> {
+        self.entries
+            .lock()
+            .map(|e| e.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn forget(&self, id: &str) {
@@ -87,7 +100,7 @@ mod tests {
 
     #[test]
     fn holds_count_and_release() {
-        let tracker = ActivityTracker::new();
+        let tracker = ActivityTracker::new(Arc::new(crate::clock::SystemClock));
         tracker.seed("a", 5);
         assert_eq!(tracker.get("a"), Some((5, 0)));
         let hold = tracker.hold("a");

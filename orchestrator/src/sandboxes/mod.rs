@@ -27,21 +27,25 @@ pub mod reaper;
 pub mod reconcile;
 pub mod sandboxd;
 
+#[cfg(test)]
+mod lifecycle_tests;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendError, ContainerSpec};
+use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus, Store, StoreError, TokenRecord};
 use crate::keyring::Keyring;
 use crate::metrics::Metrics;
-use crate::secret::{new_id, now_ms};
+use crate::secret::new_id;
 use crate::sessions::Sessions;
 use crate::tokens::{Claims, Scope, TokenError, TokenSigner};
 use activity::ActivityTracker;
 use pool::Pool;
-use sandboxd::SandboxdClient;
+use sandboxd::{SandboxProbe, SandboxdClient};
 
 /// Limits on what a request may ask for.
 pub const MAX_ENV_VARS: usize = 64;
@@ -152,7 +156,10 @@ pub struct Sandboxes {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) settings: Arc<Settings>,
     pub(crate) activity: Arc<ActivityTracker>,
-    pub(crate) sandboxd: SandboxdClient,
+    /// sandboxd's readiness and heartbeat routes ([`SandboxdClient`] in the server).
+    pub(crate) sandboxd: Arc<dyn SandboxProbe>,
+    /// The time every lifecycle decision reads ([`SystemClock`] in the server).
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) signer: TokenSigner,
     pub(crate) keyring: Keyring,
@@ -187,10 +194,51 @@ impl Drop for DeletingGuard<'_> {
     }
 }
 
+/// What the lifecycle talks to outside the process, and the clock it reads: the seams tests
+/// put fakes behind (`crate::testing`).
+pub struct Seams {
+    /// The container platform.
+    pub backend: Arc<dyn Backend>,
+    /// sandboxd's readiness and heartbeat routes.
+    pub probe: Arc<dyn SandboxProbe>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Seams {
+    /// The real probe and clock in front of `backend`.
+    pub fn real(backend: Arc<dyn Backend>) -> Self {
+        Self {
+            backend,
+            probe: Arc::new(SandboxdClient::new()),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
 impl Sandboxes {
+    /// The service with the real sandboxd client and the system clock.
     pub fn new(
         store: Store,
         backend: Arc<dyn Backend>,
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+        keyring: Keyring,
+        instance: String,
+    ) -> Arc<Self> {
+        Self::with_seams(
+            store,
+            Seams::real(backend),
+            settings,
+            metrics,
+            keyring,
+            instance,
+        )
+    }
+
+    /// The service over the given platform, probe and clock.
+    pub fn with_seams(
+        store: Store,
+        seams: Seams,
         settings: Arc<Settings>,
         metrics: Arc<Metrics>,
         keyring: Keyring,
@@ -200,10 +248,11 @@ impl Sandboxes {
         let starts = tokio::sync::Semaphore::new(settings.max_concurrent_starts.max(1));
         Arc::new(Self {
             store,
-            backend,
+            backend: seams.backend,
             settings,
-            activity: ActivityTracker::new(),
-            sandboxd: SandboxdClient::new(),
+            activity: ActivityTracker::new(seams.clock.clone()),
+            sandboxd: seams.probe,
+            clock: seams.clock,
             metrics,
             signer: TokenSigner::new(&keyring.token_signing_key()),
             keyring,
@@ -237,6 +286,15 @@ impl Sandboxes {
                 .or_insert_with(|| tokio::sync::watch::channel(open).0)
                 .send_replace(open);
         }
+    }
+
+    /// The sandboxes being removed right now.
+    #[cfg(test)]
+    pub(crate) fn deleting_now(&self) -> Vec<String> {
+        self.deleting
+            .lock()
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn sessions(&self) -> &Arc<Sessions> {
@@ -352,7 +410,7 @@ impl Sandboxes {
             }
         }
         if spec.env.is_empty() && spec.resolution.is_none() && image == self.pool.image() {
-            let now = now_ms();
+            let now = self.clock.now_ms();
             let claim = |id: String| SandboxRecord {
                 id,
                 owner_key_id: Some(owner_key_id.to_string()),
@@ -383,7 +441,7 @@ impl Sandboxes {
                 return Ok((record, Source::Pool));
             }
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let record = SandboxRecord {
             id: new_id("sbx-"),
             owner_key_id: Some(owner_key_id.to_string()),
@@ -495,8 +553,16 @@ impl Sandboxes {
             tracing::warn!(sandbox_id = %record.id, %reason, "sandbox failed to become ready; removed");
             return Err(SandboxError::NotReady { reason, logs });
         }
-        let now = now_ms();
-        self.store.mark_ready(&record.id, now).await?;
+        let now = self.clock.now_ms();
+        if let Err(error) = self.store.mark_ready(&record.id, now).await {
+            // Ready, but not recorded as such: remove the container with its row, as for any
+            // failed start (no heartbeat reaches a container whose row is gone).
+            let _ = self.backend.remove(&started.container_id).await;
+            let _ = self.store.delete_sandbox(&record.id).await;
+            self.metrics.sandbox_ended(EndReason::Failed);
+            tracing::warn!(sandbox_id = %record.id, %error, "recording the sandbox as ready failed; removed");
+            return Err(error.into());
+        }
         record.status = SandboxStatus::Ready;
         record.ready_at = Some(now);
         record.last_active_at = now;
@@ -507,8 +573,8 @@ impl Sandboxes {
 
     /// Polls `/readyz` until 200, the container exits, or the ready timeout passes.
     async fn wait_ready(&self, container_id: &str, address: &str, key: &str) -> Result<(), String> {
-        let deadline = Instant::now() + self.settings.ready_timeout;
-        let mut last_check = Instant::now();
+        let deadline = self.clock.now() + self.settings.ready_timeout;
+        let mut last_check = self.clock.now();
         // sandboxd's /readyz is cheap (no process is probed per call), so polling often costs
         // little and saves the caller the tail of a long interval.
         let interval = Duration::from_millis(10);
@@ -516,15 +582,15 @@ impl Sandboxes {
             if let Ok(true) = self.sandboxd.ready(address, key).await {
                 return Ok(());
             }
-            if last_check.elapsed() > Duration::from_secs(1) {
-                last_check = Instant::now();
+            if self.clock.now().duration_since(last_check) > Duration::from_secs(1) {
+                last_check = self.clock.now();
                 match self.backend.inspect(container_id).await {
                     Ok(Some(info)) if info.running => {}
                     Ok(_) => return Err("the container exited before it was ready".into()),
                     Err(error) => return Err(error.to_string()),
                 }
             }
-            if Instant::now() >= deadline {
+            if self.clock.now() >= deadline {
                 let last = self.sandboxd.readiness_message(address, key).await;
                 return Err(format!(
                     "not ready after {} s (last answer: {})",
@@ -532,7 +598,7 @@ impl Sandboxes {
                     last.chars().take(500).collect::<String>()
                 ));
             }
-            tokio::time::sleep(interval).await;
+            self.clock.sleep(interval).await;
         }
     }
 
@@ -616,7 +682,7 @@ impl Sandboxes {
                 ));
             }
             let expires_at = record.created_at + lifetime * 1000;
-            if expires_at <= now_ms() {
+            if expires_at <= self.clock.now_ms() {
                 return Err(invalid(
                     "max_lifetime_secs",
                     "the sandbox is already older than that; use DELETE to end it",
@@ -665,8 +731,11 @@ impl Sandboxes {
             .map_err(|e| SandboxError::Task(e.to_string()))?
     }
 
-    /// Removes the container (if any) and the record. Idempotent; concurrent calls for the same
-    /// sandbox do the work once.
+    /// Removes the container (if any) and the record. Idempotent: concurrent calls for the same
+    /// sandbox do the work once, and a call with a record read before another call removed the
+    /// sandbox (two reapers, a reaper and a client) does nothing. The `sandboxes_ended` metric
+    /// counts the sandbox once, under the reason of the call that removed it (a lost sandbox was
+    /// counted when it was marked lost).
     pub(crate) async fn remove(
         &self,
         record: &SandboxRecord,
@@ -686,34 +755,43 @@ impl Sandboxes {
         };
         self.sessions
             .end_sandbox(&record.id, "the sandbox is being removed");
+        // The record may be stale (read by a reaper pass before another call removed the
+        // sandbox): act on the row as it is now.
         let result = async {
-            if record.status != SandboxStatus::Lost {
+            let Some(current) = self.store.sandbox(&record.id).await? else {
+                return Ok(None);
+            };
+            if current.status != SandboxStatus::Lost {
                 self.store
-                    .set_status(&record.id, SandboxStatus::Deleting, None, None)
+                    .set_status(&current.id, SandboxStatus::Deleting, None, None)
                     .await?;
             }
-            if let Some(container_id) = &record.container_id {
+            if let Some(container_id) = &current.container_id {
                 self.backend.remove(container_id).await?;
             }
-            self.store.delete_sandbox(&record.id).await?;
-            Ok::<(), SandboxError>(())
+            self.store.delete_sandbox(&current.id).await?;
+            Ok::<_, SandboxError>(Some(current.status))
         }
         .await;
         match &result {
-            Ok(()) => {
+            Ok(removed) => {
                 self.activity.forget(&record.id);
                 self.pool.forget(&record.id);
                 if let Ok(mut gates) = self.control_gates.lock() {
                     gates.remove(&record.id);
                 }
-                self.metrics.sandbox_ended(reason);
-                tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "sandbox removed");
+                if let Some(was) = removed {
+                    if *was != SandboxStatus::Lost {
+                        self.metrics.sandbox_ended(reason);
+                    }
+                    tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "sandbox removed");
+                }
             }
             Err(error) => {
                 tracing::warn!(sandbox_id = %record.id, %error, "removing the sandbox failed; the reaper retries");
             }
         }
-        result
+        result.map(drop)
     }
 
     // ---- viewer tokens ----
@@ -735,7 +813,7 @@ impl Sandboxes {
             ));
         }
         let sandbox = self.get_ready(id, owner).await?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let record = TokenRecord {
             id: new_id("tok-"),
             sandbox_id: sandbox.id.clone(),
@@ -764,7 +842,10 @@ impl Sandboxes {
         token_id: Option<&str>,
     ) -> Result<u64, SandboxError> {
         self.get(id, owner).await?;
-        let revoked = self.store.revoke_tokens(id, token_id, now_ms()).await?;
+        let revoked = self
+            .store
+            .revoke_tokens(id, token_id, self.clock.now_ms())
+            .await?;
         if let Some(token_id) = token_id {
             if revoked == 0 {
                 return Err(SandboxError::TokenNotFound {
@@ -787,7 +868,7 @@ impl Sandboxes {
         token: &str,
         id: &str,
     ) -> Result<Result<(Claims, TokenRecord), AccessError>, SandboxError> {
-        let claims = match self.signer.verify(token, now_ms()) {
+        let claims = match self.signer.verify(token, self.clock.now_ms()) {
             Ok(claims) => claims,
             Err(error) => return Ok(Err(error.into())),
         };

@@ -4,7 +4,8 @@
 //! and no owner, and joins the queue only once ready, so a claim never hands out a container
 //! that is still starting. A claim pops a member and, in one conditional `UPDATE`, gives it an
 //! owner, metadata and timeouts; the refill task then starts a replacement at once. Members
-//! get heartbeats like every sandbox; one found dead is dropped from the queue.
+//! get heartbeats like every sandbox; one found dead is dropped from the queue, one degraded
+//! stays queued (claims skip it) until it recovers.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use tokio::sync::Notify;
 
 use super::{SandboxError, Sandboxes};
 use crate::db::{SandboxRecord, SandboxStatus};
-use crate::secret::{new_id, now_ms};
+use crate::secret::new_id;
 
 /// Ready members of one image, and how many are being made.
 pub struct Pool {
@@ -61,6 +62,15 @@ impl Pool {
         }
     }
 
+    /// The ids of the queued members, in claim order.
+    #[cfg(test)]
+    pub(crate) fn ready_ids(&self) -> Vec<String> {
+        self.ready
+            .lock()
+            .map(|r| r.iter().map(|m| m.id.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// Drops a member that went away.
     pub fn forget(&self, id: &str) {
         if let Ok(mut ready) = self.ready.lock() {
@@ -69,28 +79,63 @@ impl Pool {
     }
 
     /// Takes a ready member for a client: `make(id)` builds the claimed record (owner,
-    /// metadata, timeouts). `None` when the pool is empty.
+    /// metadata, timeouts). `None` when no member is ready.
+    ///
+    /// A member that cannot be claimed now but is still a live member (degraded: sandboxd
+    /// reported a program not ready) goes back to the end of the queue, to be claimed once it
+    /// recovers; one that is gone is dropped. A member whose claim could not be written stays
+    /// first in the queue.
     pub async fn claim(
         &self,
         service: &Sandboxes,
         make: impl Fn(String) -> SandboxRecord,
     ) -> Result<Option<SandboxRecord>, SandboxError> {
-        loop {
+        // Each member queued now is tried at most once.
+        let mut tries = self.ready_count();
+        while tries > 0 {
+            tries -= 1;
             let member = self.ready.lock().ok().and_then(|mut r| r.pop_front());
-            let Some(member) = member else {
-                self.wake.notify_one();
-                return Ok(None);
-            };
+            // The refill task looks again (after the pop, so it sees the gap).
             self.wake.notify_one();
+            let Some(member) = member else {
+                break;
+            };
             let mut claimed = make(member.id.clone());
-            if service.store.claim_pooled(&claimed).await? {
-                claimed.container_id = member.container_id;
-                claimed.address = member.address;
-                claimed.legacy_key = member.legacy_key;
-                claimed.ready_at = member.ready_at;
-                return Ok(Some(claimed));
+            match service.store.claim_pooled(&claimed).await {
+                Ok(true) => {
+                    claimed.container_id = member.container_id;
+                    claimed.address = member.address;
+                    claimed.legacy_key = member.legacy_key;
+                    claimed.ready_at = member.ready_at;
+                    return Ok(Some(claimed));
+                }
+                Ok(false) => {
+                    let row = match service.store.sandbox(&member.id).await {
+                        Ok(row) => row,
+                        Err(error) => {
+                            self.push_front(member);
+                            return Err(error.into());
+                        }
+                    };
+                    if row.is_some_and(|r| r.pooled && r.status.is_live()) {
+                        self.push(member);
+                    }
+                    // Otherwise gone meanwhile (removed as dead): try the next one.
+                }
+                Err(error) => {
+                    self.push_front(member);
+                    return Err(error.into());
+                }
             }
-            // Gone meanwhile (reaped as dead): try the next one.
+        }
+        self.wake.notify_one();
+        Ok(None)
+    }
+
+    /// Puts a member back at the head of the queue.
+    fn push_front(&self, record: SandboxRecord) {
+        if let Ok(mut ready) = self.ready.lock() {
+            ready.push_front(record);
         }
     }
 
@@ -142,8 +187,8 @@ impl Pool {
 
 impl Sandboxes {
     /// Creates one ready, unowned pool member.
-    async fn create_pool_member(&self) -> Result<SandboxRecord, SandboxError> {
-        let now = now_ms();
+    pub(crate) async fn create_pool_member(&self) -> Result<SandboxRecord, SandboxError> {
+        let now = self.clock.now_ms();
         let far = now + self.settings.lifetime_cap_secs * 1000;
         let record = SandboxRecord {
             id: new_id("sbx-"),
@@ -168,5 +213,179 @@ impl Sandboxes {
             error: None,
         };
         self.start(record).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::sandboxes::{CreateSpec, Source};
+    use crate::testing::Harness;
+    use crate::testing::harness::OWNER;
+
+    /// What `create` builds for a claim (owner, timeouts), for claims made directly.
+    fn claimed(h: &Harness, id: String) -> SandboxRecord {
+        let mut record = h.record(&id, None);
+        record.metadata = BTreeMap::from([("claimed".to_string(), "yes".to_string())]);
+        record
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_concurrent_claims_never_get_the_same_member() {
+        let h = Harness::with_flags(&["--pool-size", "2"]).await;
+        let members = h.fill_pool(2).await;
+
+        let (first, second) = tokio::join!(
+            h.sandboxes.create(OWNER, CreateSpec::default()),
+            h.sandboxes.create(OWNER, CreateSpec::default()),
+        );
+        let (first, second) = (first.unwrap(), second.unwrap());
+
+        assert_eq!((first.1, second.1), (Source::Pool, Source::Pool));
+        assert_ne!(first.0.id, second.0.id);
+        let mut got = vec![first.0.id.clone(), second.0.id.clone()];
+        got.sort();
+        let mut expected: Vec<_> = members.iter().map(|m| m.id.clone()).collect();
+        expected.sort();
+        assert_eq!(got, expected);
+        for claimed in [&first.0, &second.0] {
+            let row = h.row(&claimed.id).await.unwrap();
+            assert!(!row.pooled);
+            assert_eq!(row.owner_key_id.as_deref(), Some(OWNER));
+            assert_eq!(claimed.container_id, row.container_id);
+            assert!(claimed.container_id.is_some());
+        }
+        // The pool is empty now: the next create starts a container.
+        let (cold, source) = h
+            .sandboxes
+            .create(OWNER, CreateSpec::default())
+            .await
+            .unwrap();
+        assert_eq!(source, Source::Cold);
+        assert!(!members.iter().any(|m| m.id == cold.id));
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_queued_twice_is_still_claimed_once() {
+        let h = Harness::with_flags(&["--pool-size", "1"]).await;
+        let member = h.fill_pool(1).await.remove(0);
+        h.sandboxes.pool.push(member.clone());
+
+        let pool = &h.sandboxes.pool;
+        let (first, second) = tokio::join!(
+            pool.claim(&h.sandboxes, |id| claimed(&h, id)),
+            pool.claim(&h.sandboxes, |id| claimed(&h, id)),
+        );
+
+        let winners: Vec<_> = [first.unwrap(), second.unwrap()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(winners.len(), 1, "{winners:?}");
+        assert_eq!(winners[0].id, member.id);
+        assert!(pool.ready_ids().is_empty());
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn a_claim_from_an_empty_pool_or_one_the_pool_cannot_serve_starts_a_container() {
+        let h = Harness::with_flags(&["--pool-size", "1"]).await;
+        let (record, source) = h
+            .sandboxes
+            .create(OWNER, CreateSpec::default())
+            .await
+            .unwrap();
+        assert_eq!(source, Source::Cold);
+        assert!(h.platform.container_of(&record.id).is_some());
+        // With a member ready, a request the pool cannot serve still starts its own.
+        let member = h.fill_pool(1).await.remove(0);
+        let custom = h.create_cold().await;
+        assert_ne!(custom.id, member.id);
+        assert_eq!(h.sandboxes.pool.ready_ids(), vec![member.id]);
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn a_degraded_member_is_skipped_and_stays_in_the_pool_until_it_recovers() {
+        let h = Harness::with_flags(&["--pool-size", "1"]).await;
+        let member = h.fill_pool(1).await.remove(0);
+        h.platform
+            .set_not_ready(&member.id, &["chromium (starting)"]);
+        h.sandboxes.heartbeat_once().await.unwrap();
+
+        let (skipped, source) = h
+            .sandboxes
+            .create(OWNER, CreateSpec::default())
+            .await
+            .unwrap();
+        assert_eq!(source, Source::Cold, "a degraded member is not handed out");
+        assert_ne!(skipped.id, member.id);
+        assert_eq!(h.sandboxes.pool.ready_ids(), vec![member.id.clone()]);
+
+        h.platform.set_not_ready(&member.id, &[]);
+        h.sandboxes.heartbeat_once().await.unwrap();
+        h.assert_nothing_leaks().await;
+        let (claimed, source) = h
+            .sandboxes
+            .create(OWNER, CreateSpec::default())
+            .await
+            .unwrap();
+        assert_eq!((claimed.id, source), (member.id, Source::Pool));
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn a_member_removed_while_queued_is_skipped() {
+        let h = Harness::with_flags(&["--pool-size", "2"]).await;
+        let members = h.fill_pool(2).await;
+        // Its row goes (as if another pass removed it) but it is still queued.
+        h.store.delete_sandbox(&members[0].id).await.unwrap();
+        let (claimed, source) = h
+            .sandboxes
+            .create(OWNER, CreateSpec::default())
+            .await
+            .unwrap();
+        assert_eq!((claimed.id, source), (members[1].id.clone(), Source::Pool));
+        assert!(h.sandboxes.pool.ready_ids().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_claim_that_cannot_be_written_leaves_the_member_in_the_pool() {
+        use sqlx::Connection;
+        let h = Harness::with_flags(&["--pool-size", "1"]).await;
+        let member = h.fill_pool(1).await.remove(0);
+        let mut sqlite = sqlx::SqliteConnection::connect(&h.database_url())
+            .await
+            .unwrap();
+        sqlx::query(
+            "CREATE TRIGGER refuse_claims BEFORE UPDATE OF owner_key_id ON sandboxes \
+             BEGIN SELECT RAISE(ABORT, 'injected: the disk is full'); END",
+        )
+        .execute(&mut sqlite)
+        .await
+        .unwrap();
+
+        let error = h
+            .sandboxes
+            .create(OWNER, CreateSpec::default())
+            .await
+            .expect_err("the claim fails");
+
+        assert!(error.to_string().contains("injected"), "{error}");
+        assert_eq!(h.sandboxes.pool.ready_ids(), vec![member.id.clone()]);
+        h.assert_nothing_leaks().await;
+        sqlx::query("DROP TRIGGER refuse_claims")
+            .execute(&mut sqlite)
+            .await
+            .unwrap();
+        let (claimed, source) = h
+            .sandboxes
+            .create(OWNER, CreateSpec::default())
+            .await
+            .unwrap();
+        assert_eq!((claimed.id, source), (member.id, Source::Pool));
     }
 }

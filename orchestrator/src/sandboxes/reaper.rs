@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use super::{EndReason, Sandboxes};
 use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus};
-use crate::secret::now_ms;
 
 /// How often the session sweeper re-checks open sessions.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -157,7 +156,7 @@ impl Sandboxes {
     /// One reaper pass.
     pub async fn reap_once(&self) -> Result<(), super::SandboxError> {
         let records = self.store.list_sandboxes(&self.mine(None)).await?;
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut live = 0;
         let mut removals = Vec::new();
         for record in records {
@@ -205,7 +204,7 @@ impl Sandboxes {
         join_all(records.iter().map(|record| self.heartbeat(record))).await;
         let _ = self
             .store
-            .purge_expired_tokens(now_ms() - 3600 * 1000)
+            .purge_expired_tokens(self.clock.now_ms() - 3600 * 1000)
             .await;
         Ok(())
     }
@@ -292,10 +291,294 @@ impl Sandboxes {
         }
         let _ = self
             .store
-            .set_status(&record.id, SandboxStatus::Lost, Some(why), Some(now_ms()))
+            .set_status(
+                &record.id,
+                SandboxStatus::Lost,
+                Some(why),
+                Some(self.clock.now_ms()),
+            )
             .await;
         self.activity.forget(&record.id);
         self.pool.forget(&record.id);
         self.metrics.sandbox_ended(EndReason::Lost);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::sandboxes::CreateSpec;
+    use crate::sessions::Authority;
+    use crate::testing::harness::OWNER;
+    use crate::testing::{Harness, Step};
+
+    fn timeouts(idle: i64, lifetime: i64) -> CreateSpec {
+        CreateSpec {
+            idle_timeout_secs: Some(idle),
+            max_lifetime_secs: Some(lifetime),
+            ..CreateSpec::default()
+        }
+    }
+
+    async fn create(h: &Harness, spec: CreateSpec) -> SandboxRecord {
+        h.sandboxes.create(OWNER, spec).await.expect("create").0
+    }
+
+    #[tokio::test]
+    async fn expired_and_idle_sandboxes_are_reaped_exactly_once() {
+        let h = Harness::new().await;
+        let idle = create(&h, timeouts(30, 3600)).await;
+        let short = create(&h, timeouts(600, 60)).await;
+        let kept = create(&h, timeouts(600, 3600)).await;
+
+        h.clock.advance(Duration::from_secs(29));
+        h.sandboxes.reap_once().await.unwrap();
+        assert_eq!(h.rows().await.len(), 3, "nothing is due yet");
+
+        h.clock.advance(Duration::from_secs(1));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(&idle.id).await.is_none());
+        assert_eq!(h.ended(EndReason::Idle), 1);
+
+        h.clock.advance(Duration::from_secs(30));
+        h.sandboxes.reap_once().await.unwrap();
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(&short.id).await.is_none());
+        assert_eq!(h.ended(EndReason::Lifetime), 1);
+        assert_eq!(h.ended(EndReason::Idle), 1);
+
+        assert!(h.row(&kept.id).await.is_some());
+        assert_eq!(h.platform.calls(Step::Remove), 2);
+        assert_eq!(
+            h.platform.removed(),
+            vec![idle.container_id.unwrap(), short.container_id.unwrap()]
+        );
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn activity_open_sessions_and_work_in_flight_hold_off_idle_reaping() {
+        let h = Harness::new().await;
+        let sandbox = create(&h, timeouts(30, 3600)).await;
+        let id = sandbox.id.as_str();
+
+        // A proxied call restarts the idle clock.
+        h.clock.advance(Duration::from_secs(20));
+        h.sandboxes.activity.touch(id);
+        h.clock.advance(Duration::from_secs(20));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(id).await.is_some(), "20 s idle of 30");
+
+        // An open session holds it however long it stays open, and counts until it closes.
+        let hold = h.sandboxes.activity.hold(id);
+        h.clock.advance(Duration::from_secs(300));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(id).await.is_some(), "a session is open");
+        drop(hold);
+        h.clock.advance(Duration::from_secs(29));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(id).await.is_some(), "29 s since the session closed");
+
+        // Work in flight inside the sandbox, reported by the heartbeat, is activity, and the
+        // idle clock is written to the row (so a restart keeps it).
+        h.platform.set_in_flight(id, 1);
+        h.sandboxes.heartbeat_once().await.unwrap();
+        let touched = h.clock.now_ms();
+        assert_eq!(h.row(id).await.map(|r| r.last_active_at), Some(touched));
+        h.platform.set_in_flight(id, 0);
+        h.clock.advance(Duration::from_secs(29));
+        // The heartbeat itself is not activity.
+        h.sandboxes.heartbeat_once().await.unwrap();
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(id).await.is_some(), "29 s since the work in flight");
+
+        h.clock.advance(Duration::from_secs(1));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(id).await.is_none(), "idle for 30 s");
+        assert_eq!(h.ended(EndReason::Idle), 1);
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn the_lifetime_ends_a_sandbox_even_with_a_session_open() {
+        let h = Harness::new().await;
+        let sandbox = create(&h, timeouts(30, 60)).await;
+        let _hold = h.sandboxes.activity.hold(&sandbox.id);
+        h.clock.advance(Duration::from_secs(60));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(&sandbox.id).await.is_none());
+        assert_eq!(h.ended(EndReason::Lifetime), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_reapers_at_once_remove_each_sandbox_once_without_error() {
+        let h = Harness::new().await;
+        let mut containers = BTreeSet::new();
+        for round in 1..=4 {
+            for _ in 0..6 {
+                let sandbox = create(&h, timeouts(30, 3600)).await;
+                containers.insert(sandbox.container_id.unwrap());
+            }
+            h.clock.advance(Duration::from_secs(30));
+            let (first, second) = tokio::join!(
+                tokio::spawn({
+                    let sandboxes = h.sandboxes.clone();
+                    async move { sandboxes.reap_once().await }
+                }),
+                tokio::spawn({
+                    let sandboxes = h.sandboxes.clone();
+                    async move { sandboxes.reap_once().await }
+                }),
+            );
+            first.unwrap().unwrap();
+            second.unwrap().unwrap();
+            assert_eq!(h.ended(EndReason::Idle), 6 * round);
+        }
+        let removed = h.platform.removed();
+        assert_eq!(removed.len(), containers.len(), "{removed:?}");
+        assert_eq!(removed.into_iter().collect::<BTreeSet<_>>(), containers);
+        assert_eq!(h.platform.calls(Step::Remove), containers.len());
+        assert!(h.rows().await.is_empty());
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn removing_with_a_record_read_before_the_sandbox_was_removed_does_nothing() {
+        // What a reaper pass that listed the sandboxes before another pass (or a client's
+        // delete) removed one of them does with its stale record.
+        let h = Harness::new().await;
+        let sandbox = h.create().await;
+        h.sandboxes.remove(&sandbox, EndReason::Idle).await.unwrap();
+        h.sandboxes.remove(&sandbox, EndReason::Idle).await.unwrap();
+        assert_eq!(h.platform.calls(Step::Remove), 1);
+        assert_eq!(h.ended(EndReason::Idle), 1);
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_deletion_is_retried_by_the_reaper() {
+        let h = Harness::new().await;
+        let sandbox = h.create().await;
+        h.platform
+            .fail_next(Step::Remove, "the Docker daemon is restarting");
+
+        let error = h
+            .sandboxes
+            .delete(&sandbox.id, Some(OWNER))
+            .await
+            .expect_err("the removal fails");
+
+        assert!(error.to_string().contains("restarting"), "{error}");
+        assert_eq!(
+            h.row(&sandbox.id).await.map(|r| r.status),
+            Some(SandboxStatus::Deleting)
+        );
+        assert!(h.platform.container_of(&sandbox.id).is_some());
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(&sandbox.id).await.is_none());
+        assert!(h.platform.container_of(&sandbox.id).is_none());
+        assert_eq!(h.ended(EndReason::Deleted), 1);
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn the_heartbeat_moves_a_sandbox_between_ready_and_degraded() {
+        let h = Harness::new().await;
+        let sandbox = h.create().await;
+        h.platform
+            .set_not_ready(&sandbox.id, &["chromium (starting)", "socat (backoff)"]);
+
+        h.sandboxes.heartbeat_once().await.unwrap();
+        let degraded = h.row(&sandbox.id).await.unwrap();
+        assert_eq!(degraded.status, SandboxStatus::Degraded);
+        assert_eq!(
+            degraded.error.as_deref(),
+            Some("not ready: chromium (starting), socat (backoff)")
+        );
+        // Still reachable through the proxies, so it can be inspected and repaired.
+        h.sandboxes
+            .get_ready(&sandbox.id, Some(OWNER))
+            .await
+            .unwrap();
+
+        h.platform.set_not_ready(&sandbox.id, &[]);
+        h.sandboxes.heartbeat_once().await.unwrap();
+        let recovered = h.row(&sandbox.id).await.unwrap();
+        assert_eq!(
+            (recovered.status, recovered.error),
+            (SandboxStatus::Ready, None)
+        );
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_heartbeat_marks_a_sandbox_lost_only_once_its_container_is_gone() {
+        let h = Harness::new().await;
+        let sandbox = h.create().await;
+        let mut session = h.sandboxes.sessions().open(Authority {
+            sandbox_id: sandbox.id.clone(),
+            key_id: Some(OWNER.into()),
+            token_id: None,
+            expires_at: None,
+            kind: "api",
+        });
+
+        // No answer, but the container still runs: nothing changes.
+        h.platform.fail_next(Step::Activity, "timed out");
+        h.sandboxes.heartbeat_once().await.unwrap();
+        assert_eq!(
+            h.row(&sandbox.id).await.unwrap().status,
+            SandboxStatus::Ready
+        );
+
+        // The container stopped, but the platform does not answer: decided later.
+        h.platform.kill(&sandbox.id);
+        h.platform
+            .fail_next(Step::Inspect, "the Docker socket is gone");
+        h.sandboxes.heartbeat_once().await.unwrap();
+        assert_eq!(
+            h.row(&sandbox.id).await.unwrap().status,
+            SandboxStatus::Ready
+        );
+
+        // The platform says the container stopped: lost, its container removed, its sessions
+        // ended.
+        h.sandboxes.heartbeat_once().await.unwrap();
+        let lost = h.row(&sandbox.id).await.unwrap();
+        assert_eq!(lost.status, SandboxStatus::Lost);
+        assert_eq!(lost.error.as_deref(), Some("the container is gone"));
+        assert_eq!(lost.ended_at, Some(h.clock.now_ms()));
+        assert!(h.platform.container_of(&sandbox.id).is_none());
+        let why = tokio::time::timeout(Duration::from_secs(5), session.ended())
+            .await
+            .expect("the session ends");
+        assert_eq!(why, "the sandbox was lost");
+        assert_eq!(h.ended(EndReason::Lost), 1);
+        h.assert_nothing_leaks().await;
+
+        // The record stays for the retention period, then goes, counted once.
+        h.clock.advance(Duration::from_secs(3599));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(&sandbox.id).await.is_some());
+        h.clock.advance(Duration::from_secs(1));
+        h.sandboxes.reap_once().await.unwrap();
+        assert!(h.row(&sandbox.id).await.is_none());
+        assert_eq!(h.ended(EndReason::Lost), 1);
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn a_pool_member_whose_container_vanished_is_removed_not_kept_as_lost() {
+        let h = Harness::with_flags(&["--pool-size", "1"]).await;
+        let member = h.fill_pool(1).await.remove(0);
+        h.platform.vanish(&member.id);
+        h.sandboxes.heartbeat_once().await.unwrap();
+        assert!(h.row(&member.id).await.is_none());
+        assert!(h.sandboxes.pool.ready_ids().is_empty());
+        h.assert_nothing_leaks().await;
     }
 }

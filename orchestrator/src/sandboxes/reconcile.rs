@@ -15,7 +15,6 @@ use std::collections::HashMap;
 
 use super::{EndReason, SandboxError, Sandboxes};
 use crate::db::{SandboxFilter, SandboxStatus};
-use crate::secret::now_ms;
 
 /// What reconciliation did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -54,7 +53,7 @@ impl Sandboxes {
                 }
             }
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         for mut record in records {
             let container = by_sandbox.remove(&record.id);
             match (record.status, container) {
@@ -111,5 +110,182 @@ impl Sandboxes {
             "reconciled with the container platform"
         );
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::Clock;
+    use crate::testing::harness::INSTANCE;
+    use crate::testing::{Harness, Step};
+
+    #[tokio::test]
+    async fn reconcile_adopts_live_sandboxes_removes_orphans_and_ends_rows_without_containers() {
+        let mut h = Harness::new().await;
+        let kept = h.create().await;
+        let vanished = h.create().await;
+        let short = h
+            .sandboxes
+            .create(
+                crate::testing::harness::OWNER,
+                crate::sandboxes::CreateSpec {
+                    max_lifetime_secs: Some(60),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("a short-lived sandbox")
+            .0;
+        // While the orchestrator is down: a container vanishes, the short one expires, an
+        // orphan of ours and a container without a sandbox label appear, and rows are left
+        // half created and half deleted with their containers.
+        h.platform.vanish(&vanished.id);
+        h.clock.advance(Duration::from_secs(61));
+        let orphan = h.platform.add_container(INSTANCE, Some("sbx-orphan"));
+        let unlabelled = h.platform.add_container(INSTANCE, None);
+        let mut creating = h.record("sbx-creating", None);
+        creating.status = SandboxStatus::Creating;
+        let creating_container = h.platform.add_container(INSTANCE, Some("sbx-creating"));
+        creating.container_id = Some(creating_container.clone());
+        h.store.insert_sandbox(&creating).await.unwrap();
+        let deleting_container = h.platform.add_container(INSTANCE, Some("sbx-deleting"));
+        let mut deleting = h.record("sbx-deleting", Some(&deleting_container));
+        deleting.status = SandboxStatus::Deleting;
+        h.store.insert_sandbox(&deleting).await.unwrap();
+
+        h.restart();
+        let report = h.sandboxes.reconcile().await.expect("reconcile");
+
+        assert_eq!(
+            report,
+            ReconcileReport {
+                adopted: 1,
+                removed_containers: 5,
+                lost: 1,
+                dropped_records: 3,
+            }
+        );
+        let kept_row = h.row(&kept.id).await.expect("the live sandbox is kept");
+        assert_eq!(kept_row.status, SandboxStatus::Ready);
+        assert!(h.platform.container_of(&kept.id).is_some());
+        let lost = h.row(&vanished.id).await.expect("the lost row stays");
+        assert_eq!(lost.status, SandboxStatus::Lost);
+        assert_eq!(
+            lost.error.as_deref(),
+            Some("the container vanished while the orchestrator was down")
+        );
+        assert_eq!(lost.ended_at, Some(h.clock.now_ms()));
+        for gone in [&short.id, "sbx-creating", "sbx-deleting"] {
+            assert!(h.row(gone).await.is_none(), "{gone} is dropped");
+        }
+        let removed = h.platform.removed();
+        for container in [
+            &orphan,
+            &unlabelled,
+            &creating_container,
+            &deleting_container,
+        ] {
+            assert!(removed.contains(container), "{container} is removed");
+        }
+        assert_eq!(h.ended(EndReason::Orphan), 2);
+        assert_eq!(h.ended(EndReason::Lost), 1);
+        assert_eq!(h.ended(EndReason::Lifetime), 1);
+        assert_eq!(h.ended(EndReason::Failed), 2);
+        // The adopted sandbox's idle clock carries on from its row.
+        assert_eq!(
+            h.sandboxes.activity.get(&kept.id).map(|(last, _)| last),
+            Some(kept_row.last_active_at)
+        );
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn reconcile_and_the_background_passes_leave_other_instances_alone() {
+        let mut h = Harness::new().await;
+        let theirs = h
+            .platform
+            .add_container("other-instance", Some("sbx-theirs"));
+        let mut their_row = h.record("sbx-theirs", Some(&theirs));
+        their_row.instance = Some("other-instance".into());
+        h.store.insert_sandbox(&their_row).await.unwrap();
+        // Another instance's row whose container runs elsewhere, and one that expired.
+        let mut remote = h.record("sbx-remote", Some("ctr-elsewhere"));
+        remote.instance = Some("other-instance".into());
+        remote.expires_at = h.clock.now_ms() + 1000;
+        h.store.insert_sandbox(&remote).await.unwrap();
+
+        h.restart();
+        let report = h.sandboxes.reconcile().await.expect("reconcile");
+        h.clock.advance(Duration::from_secs(7200));
+        h.sandboxes.heartbeat_once().await.unwrap();
+        h.sandboxes.reap_once().await.unwrap();
+
+        assert_eq!(report, ReconcileReport::default());
+        assert_eq!(h.row("sbx-theirs").await, Some(their_row));
+        assert_eq!(h.row("sbx-remote").await, Some(remote));
+        assert!(h.platform.container_of("sbx-theirs").is_some());
+        assert!(h.platform.removed().is_empty());
+        assert_eq!(h.platform.calls(Step::Activity), 0);
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn reconcile_gives_rows_without_an_instance_to_this_one() {
+        let mut h = Harness::new().await;
+        let container = h.platform.add_container(INSTANCE, Some("sbx-old"));
+        let mut old = h.record("sbx-old", Some(&container));
+        old.instance = None;
+        h.store.insert_sandbox(&old).await.unwrap();
+
+        h.restart();
+        let report = h.sandboxes.reconcile().await.expect("reconcile");
+
+        assert_eq!(report.adopted, 1);
+        let row = h.row("sbx-old").await.expect("the row is kept");
+        assert_eq!(row.instance.as_deref(), Some(INSTANCE));
+        assert_eq!(
+            row.address,
+            h.platform.container_of("sbx-old").map(|c| c.address)
+        );
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn reconcile_puts_live_pool_members_back_and_drops_dead_ones() {
+        let mut h = Harness::with_flags(&["--pool-size", "2"]).await;
+        let members = h.fill_pool(2).await;
+        h.platform.vanish(&members[1].id);
+
+        h.restart();
+        let report = h.sandboxes.reconcile().await.expect("reconcile");
+
+        assert_eq!((report.adopted, report.dropped_records), (1, 1));
+        assert_eq!(h.sandboxes.pool.ready_ids(), vec![members[0].id.clone()]);
+        assert!(h.row(&members[1].id).await.is_none(), "not kept as lost");
+        h.assert_nothing_leaks().await;
+    }
+
+    #[tokio::test]
+    async fn reconcile_changes_nothing_when_the_platform_does_not_answer() {
+        let mut h = Harness::new().await;
+        let sandbox = h.create().await;
+        h.platform.vanish(&sandbox.id);
+        h.platform
+            .fail_next(Step::List, "the Docker socket is gone");
+
+        h.restart();
+        let error = h.sandboxes.reconcile().await.expect_err("reconcile fails");
+
+        assert!(
+            error.to_string().contains("the Docker socket is gone"),
+            "{error}"
+        );
+        assert_eq!(
+            h.row(&sandbox.id).await.map(|r| r.status),
+            Some(SandboxStatus::Ready)
+        );
     }
 }

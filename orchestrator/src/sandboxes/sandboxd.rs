@@ -1,6 +1,9 @@
 //! The orchestrator's calls to sandboxd's own routes, through `sandbox_client`: readiness while a
 //! sandbox starts, and the heartbeat (`GET /v1/activity`) that keeps its dead-man switch from
 //! firing and reports work in flight. One connection pool serves every sandbox.
+//!
+//! The lifecycle holds these calls as a [`SandboxProbe`] (`Arc<dyn SandboxProbe>`), so tests
+//! can answer them without a container; [`SandboxdClient`] is the real one.
 
 use std::time::Duration;
 
@@ -9,6 +12,19 @@ use sandbox_client::{ClientConfig, ClientError, SandboxClient};
 use crate::backend::SANDBOXD_PORT;
 
 pub use sandbox_client::types::ActivityReport;
+
+/// What the lifecycle asks a sandbox's sandboxd: whether it is ready, and the heartbeat.
+#[async_trait::async_trait]
+pub trait SandboxProbe: Send + Sync {
+    /// `GET /readyz`: `Ok(true)` when ready, `Ok(false)` when sandboxd answers "not yet" (or
+    /// anything but a readiness report, such as a refused key), `Err` when it does not answer.
+    async fn ready(&self, address: &str, key: &str) -> Result<bool, ClientError>;
+    /// Like [`ready`](Self::ready), describing the answer: the status and sandboxd's message
+    /// (which names the programs that are not ready), or why there was none.
+    async fn readiness_message(&self, address: &str, key: &str) -> String;
+    /// The heartbeat, `GET /v1/activity`.
+    async fn activity(&self, address: &str, key: &str) -> Result<ActivityReport, ClientError>;
+}
 
 /// Talks to sandboxd over the sandbox network.
 #[derive(Debug, Clone)]
@@ -50,10 +66,11 @@ impl SandboxdClient {
             &self.config,
         )
     }
+}
 
-    /// `GET /readyz`: `Ok(true)` when ready, `Ok(false)` when sandboxd answers "not yet" (or
-    /// anything but a readiness report), `Err` when it does not answer.
-    pub async fn ready(&self, address: &str, key: &str) -> Result<bool, ClientError> {
+#[async_trait::async_trait]
+impl SandboxProbe for SandboxdClient {
+    async fn ready(&self, address: &str, key: &str) -> Result<bool, ClientError> {
         match self.sandbox(address, key)?.readyz().await {
             Ok(readiness) => Ok(readiness.ready),
             Err(ClientError::Status { .. } | ClientError::Decode { .. }) => Ok(false),
@@ -61,9 +78,7 @@ impl SandboxdClient {
         }
     }
 
-    /// Like [`ready`](Self::ready), describing the answer: the status and sandboxd's message
-    /// (which names the programs that are not ready), or why there was none.
-    pub async fn readiness_message(&self, address: &str, key: &str) -> String {
+    async fn readiness_message(&self, address: &str, key: &str) -> String {
         let answer = match self.sandbox(address, key) {
             Ok(sandbox) => sandbox.readyz().await,
             Err(error) => Err(error),
@@ -75,8 +90,7 @@ impl SandboxdClient {
         }
     }
 
-    /// The heartbeat.
-    pub async fn activity(&self, address: &str, key: &str) -> Result<ActivityReport, ClientError> {
+    async fn activity(&self, address: &str, key: &str) -> Result<ActivityReport, ClientError> {
         self.sandbox(address, key)?.activity().await
     }
 }
