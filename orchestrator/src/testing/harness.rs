@@ -21,6 +21,8 @@ pub(crate) const INSTANCE: &str = "test-instance";
 pub(crate) const OWNER: &str = "key-owner";
 
 #[derive(Parser)]
+// A test's own flags come after the defaults and win.
+#[command(args_override_self = true)]
 struct Cli {
     #[command(flatten)]
     serve: ServeArgs,
