@@ -53,13 +53,7 @@ impl Stats {
     pub fn of(samples: &[Duration]) -> Self {
         let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
         ms.sort_by(|a, b| a.total_cmp(b));
-        let pick = |q: f64| {
-            if ms.is_empty() {
-                return f64::NAN;
-            }
-            let i = ((ms.len() as f64 - 1.0) * q).round() as usize;
-            ms[i.min(ms.len() - 1)]
-        };
+        let pick = |q: f64| quantile_of_sorted(&ms, q);
         let median = if ms.is_empty() {
             f64::NAN
         } else if ms.len() % 2 == 1 {
@@ -210,6 +204,11 @@ impl Drop for OrchestratorServer {
 pub fn percentile(samples: &[Duration], q: f64) -> f64 {
     let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
     ms.sort_by(|a, b| a.total_cmp(b));
+    quantile_of_sorted(&ms, q)
+}
+
+/// The `q` quantile (nearest rank) of ascending `ms`; NaN when empty.
+fn quantile_of_sorted(ms: &[f64], q: f64) -> f64 {
     if ms.is_empty() {
         return f64::NAN;
     }

@@ -1,7 +1,6 @@
 //! `/v1/runs`: create (idempotent), list, get, cancel, takeover, hand-back, answer; the event
 //! log as Server-Sent Events (or a JSON page); artifacts.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -191,25 +190,7 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<RunList>, ApiError> {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-            .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
-    let mut status = None;
-    let mut metadata = BTreeMap::new();
-    for (name, value) in pairs {
-        if name == "status" {
-            status = Some(value.parse::<RunState>().map_err(|e| ApiError {
-                loc: Some(vec!["query".into(), "status".into()]),
-                ..ApiError::invalid(format!("invalid `status`: {e}"))
-            })?);
-        } else if let Some(key) = name.strip_prefix("metadata.") {
-            metadata.insert(key.to_string(), value);
-        } else {
-            return Err(ApiError::invalid(format!(
-                "invalid query parameter `{name}`: use status or metadata.KEY"
-            )));
-        }
-    }
+    let (status, metadata) = super::extract::list_query::<RunState>(query.as_deref())?;
     let records = state.runs.list(caller.owner(), status, &metadata).await?;
     Ok(Json(RunList {
         runs: records.iter().map(|r| to_wire(&state, r)).collect(),

@@ -1,7 +1,5 @@
 //! `/v1/sandboxes`: create, list, get, delete, change timeouts.
 
-use std::collections::BTreeMap;
-
 use axum::Extension;
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -101,26 +99,7 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<SandboxList>, ApiError> {
-    let pairs: Vec<(String, String)> =
-        serde_urlencoded::from_str(query.as_deref().unwrap_or(""))
-            .map_err(|e| ApiError::bad_request(format!("malformed query string: {e}")))?;
-    let mut status = None;
-    let mut metadata = BTreeMap::new();
-    for (name, value) in pairs {
-        if name == "status" {
-            status = Some(
-                value
-                    .parse::<SandboxStatus>()
-                    .map_err(|e| ApiError::invalid(format!("invalid `status`: {e}")))?,
-            );
-        } else if let Some(key) = name.strip_prefix("metadata.") {
-            metadata.insert(key.to_string(), value);
-        } else {
-            return Err(ApiError::invalid(format!(
-                "invalid query parameter `{name}`: use status or metadata.KEY"
-            )));
-        }
-    }
+    let (status, metadata) = super::extract::list_query::<SandboxStatus>(query.as_deref())?;
     let records = state
         .sandboxes
         .list(caller.owner(), status, &metadata)

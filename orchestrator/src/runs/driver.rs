@@ -5,7 +5,6 @@
 //! never drives the same run.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agent::{
     Checkpoint, Computer, Event, EventSink, Limits, ModelSpec, RunConfig, RunStatus, Runner,
@@ -32,10 +31,11 @@ pub(crate) fn spawn(
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             let id = run.id.clone();
-            let lease = tokio::spawn(renew_lease(runs.clone(), id.clone()));
+            let mut lease = tokio::spawn(renew_lease(runs.clone(), id.clone()));
             tokio::select! {
                 () = drive(runs.clone(), run, active.clone(), resume) => {}
-                () = lease_lost(&lease) => {
+                // The renewal task ends only when the lease is lost.
+                _ = &mut lease => {
                     tracing::warn!("lost the run's lease; another process may drive it now");
                 }
             }
@@ -64,12 +64,6 @@ async fn renew_lease(runs: Arc<Runs>, id: String) {
             // The database is unreachable: keep trying until the lease would have expired.
             Err(error) => tracing::warn!(%error, "renewing the run's lease failed"),
         }
-    }
-}
-
-async fn lease_lost(lease: &tokio::task::JoinHandle<()>) {
-    while !lease.is_finished() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
