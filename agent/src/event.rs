@@ -206,6 +206,18 @@ pub trait EventSink: Send + Sync {
 
     /// The state to resume from after a restart.
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), SinkError>;
+
+    /// `event` and the state to resume from, stored no later than the event: one write where
+    /// the sink can (the loop uses it for the checkpoint that marks a call in flight, which
+    /// must be stored before the call starts and is announced by its `action.started`).
+    async fn emit_checkpointed(
+        &self,
+        event: Event,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), SinkError> {
+        self.checkpoint(checkpoint).await?;
+        self.emit(event).await
+    }
 }
 
 /// A sink that keeps everything in memory (tests, small embeddings).
@@ -214,6 +226,8 @@ pub struct RecordingSink {
     events: Mutex<Vec<Event>>,
     screenshots: Mutex<Vec<(ObservationMeta, Bytes)>>,
     checkpoints: Mutex<Vec<Checkpoint>>,
+    /// Events that came with a checkpoint, and that checkpoint.
+    checkpointed: Mutex<Vec<(Event, Checkpoint)>>,
 }
 
 impl RecordingSink {
@@ -237,6 +251,14 @@ impl RecordingSink {
 
     pub fn checkpoints(&self) -> Vec<Checkpoint> {
         self.checkpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The events emitted together with a checkpoint, each with it.
+    pub fn checkpointed(&self) -> Vec<(Event, Checkpoint)> {
+        self.checkpointed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -279,6 +301,19 @@ impl EventSink for RecordingSink {
             .unwrap_or_else(|e| e.into_inner())
             .push(checkpoint.clone());
         Ok(())
+    }
+
+    async fn emit_checkpointed(
+        &self,
+        event: Event,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), SinkError> {
+        self.checkpointed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((event.clone(), checkpoint.clone()));
+        self.checkpoint(checkpoint).await?;
+        self.emit(event).await
     }
 }
 

@@ -359,6 +359,8 @@ pub struct Runner {
     sink: Arc<dyn EventSink>,
     config: RunConfig,
     control: Control,
+    /// A checkpoint to store with the next event (see [`Runner::defer_checkpoint`]).
+    deferred: std::sync::Mutex<Option<Checkpoint>>,
 }
 
 impl Runner {
@@ -374,6 +376,7 @@ impl Runner {
             sink,
             config,
             control: Control::new(),
+            deferred: std::sync::Mutex::new(None),
         }
     }
 
@@ -447,8 +450,21 @@ impl Runner {
         self.finish(&mut st, stop).await
     }
 
+    /// Emits `event`, with the deferred checkpoint if there is one.
     async fn emit(&self, event: Event) -> Result<(), Stop> {
-        self.sink.emit(event).await.map_err(Stop::Sink)
+        let deferred = self.take_deferred();
+        match deferred {
+            Some(checkpoint) => self.sink.emit_checkpointed(event, &checkpoint).await,
+            None => self.sink.emit(event).await,
+        }
+        .map_err(Stop::Sink)
+    }
+
+    fn take_deferred(&self) -> Option<Checkpoint> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
     }
 
     async fn status(&self, status: RunStatus) -> Result<(), Stop> {
@@ -778,6 +794,7 @@ impl Runner {
         }
     }
 
+    /// Stores the state to resume from now (a deferred one is superseded).
     async fn checkpoint(
         &self,
         st: &State,
@@ -785,7 +802,38 @@ impl Runner {
         pending: &[ToolCall],
         in_flight: Option<&str>,
     ) -> Result<(), Stop> {
-        let checkpoint = Checkpoint {
+        self.take_deferred();
+        let checkpoint = self.checkpoint_of(st, partial, pending, in_flight);
+        self.sink.checkpoint(&checkpoint).await.map_err(Stop::Sink)
+    }
+
+    /// Keeps the state to resume from and stores it with the next event, in one write. Used
+    /// before a call: every call announces itself (`action.started`, or the error event of a
+    /// refusal, or `input.requested`) before it touches the computer or waits, so the
+    /// checkpoint naming it in flight is stored before anything it does, with one write less
+    /// per step.
+    fn defer_checkpoint(
+        &self,
+        st: &State,
+        partial: &[ToolResult],
+        pending: &[ToolCall],
+        in_flight: Option<&str>,
+    ) {
+        let checkpoint = self.checkpoint_of(st, partial, pending, in_flight);
+        *self
+            .deferred
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(checkpoint);
+    }
+
+    fn checkpoint_of(
+        &self,
+        st: &State,
+        partial: &[ToolResult],
+        pending: &[ToolCall],
+        in_flight: Option<&str>,
+    ) -> Checkpoint {
+        Checkpoint {
             version: CHECKPOINT_VERSION,
             model: self.model_name(),
             step: st.step,
@@ -804,8 +852,7 @@ impl Runner {
             usage: st.usage,
             active_ms: millis(st.active()),
             images_dropped: st.images_dropped,
-        };
-        self.sink.checkpoint(&checkpoint).await.map_err(Stop::Sink)
+        }
     }
 
     // --- Observing. ---
@@ -1029,8 +1076,7 @@ impl Runner {
                     }
                 }
             }
-            self.checkpoint(st, &results, &calls[index..], Some(&call.id))
-                .await?;
+            self.defer_checkpoint(st, &results, &calls[index..], Some(&call.id));
             let observe_after = Some(index) == last_visual;
             let outcome = self
                 .run_call(st, call, planned.as_ref(), model_ms, observe_after)

@@ -136,6 +136,34 @@ async fn the_shipped_script_draws_three_strokes_and_saves() -> anyhow::Result<()
             assert!(screenshot.is_some_and(|id| shots.contains(&id)));
         }
     }
+    // Every call's `action.started` is stored in one write with the checkpoint naming that
+    // call in flight, and no checkpoint naming a call in flight is stored any other way.
+    let started: Vec<String> = sink
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::ActionStarted { call_id, .. } => Some(call_id),
+            _ => None,
+        })
+        .collect();
+    let together: Vec<String> = sink
+        .checkpointed()
+        .into_iter()
+        .map(|(event, checkpoint)| match event {
+            Event::ActionStarted { call_id, .. } => {
+                assert_eq!(checkpoint.in_flight.as_deref(), Some(call_id.as_str()));
+                call_id
+            }
+            other => panic!("a checkpoint came with {other:?}"),
+        })
+        .collect();
+    assert_eq!(together, started);
+    let in_flight = sink
+        .checkpoints()
+        .iter()
+        .filter(|c| c.in_flight.is_some())
+        .count();
+    assert_eq!(in_flight, started.len());
     Ok(())
 }
 

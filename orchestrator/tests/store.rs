@@ -436,6 +436,46 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
         store.checkpoint("run-a").await?.as_deref(),
         Some("{\"step\":1}")
     );
+    // An event and a checkpoint in one write: both or, for another holder, neither; a plain
+    // event leaves the checkpoint alone.
+    let before = store.run("run-a").await?.context("run-a")?.last_seq;
+    assert_eq!(
+        store
+            .append_event_with_checkpoint(
+                "run-a",
+                "inst/boot2",
+                "action.started",
+                "{}",
+                4_000,
+                "{\"step\":9}"
+            )
+            .await?,
+        None
+    );
+    assert_eq!(
+        store.checkpoint("run-a").await?.as_deref(),
+        Some("{\"step\":1}")
+    );
+    assert_eq!(
+        store
+            .append_event_with_checkpoint(
+                "run-a",
+                "x/boot",
+                "action.started",
+                "{}",
+                4_001,
+                "{\"step\":2}"
+            )
+            .await?,
+        Some(before + 1)
+    );
+    store
+        .append_event("run-a", "x/boot", "action.finished", "{}", 4_002, None)
+        .await?;
+    assert_eq!(
+        store.checkpoint("run-a").await?.as_deref(),
+        Some("{\"step\":2}")
+    );
 
     // The terminal status: written once, then nothing more; the sandbox is free again.
     let done = StatusChange {
@@ -447,12 +487,12 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
         store
             .append_event("run-a", "x/boot", "run.status", "{}", 70_000, Some(&done))
             .await?,
-        Some(23)
+        Some(25)
     );
     let ended = store.run("run-a").await?.context("run-a")?;
     assert_eq!(
         (ended.status, ended.ended_at, ended.last_seq),
-        (RunState::Completed, Some(70_000), 23)
+        (RunState::Completed, Some(70_000), 25)
     );
     assert_eq!(ended.answer.as_deref(), Some("a triangle"));
     assert_eq!(

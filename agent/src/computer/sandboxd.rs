@@ -1,43 +1,41 @@
-//! [`SandboxdComputer`]: the [`Computer`] trait over sandboxd's REST API with reqwest.
+//! [`SandboxdComputer`]: the [`Computer`] trait over sandboxd's REST API, through the shared
+//! typed client ([`sandbox_client::SandboxClient`]) and its wire types.
 //!
 //! Routes used: `GET /v1/browser/screenshot` (the id, sizes and scale come in `x-*` headers),
 //! `POST /v1/browser/actions` (coordinates in observation pixels, mapped by sandboxd through the
 //! transform it recorded for `screenshot_id`), `POST /v1/shell/exec`, `POST /v1/file/read`,
-//! `POST /v1/file/write`, `POST /v1/file/str_replace_editor`. The wire structs are private and
-//! minimal: they are meant to be replaced by the shared sandboxd client crate.
+//! `POST /v1/file/write`, `POST /v1/file/str_replace_editor`.
+//!
+//! The loop's [`DesktopAction`] is the model-facing subset of sandboxd's actions (no relative
+//! moves: they cannot be checked against an observation); [`wire_action`] turns it into the
+//! shared wire type, with the observation's id on every action that aims at a point.
 
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
-use reqwest::StatusCode;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use sandbox_client::types::{
+    self as wire, DesktopButton, DesktopScreenshotQuery, EditorCommandName, FileContentEncoding,
+    FileReadRequest, FileWriteRequest, ShellExecRequest, StrReplaceEditorRequest,
+};
+use sandbox_client::{ClientConfig, ClientError, SandboxClient};
 use tokio::sync::Mutex;
 
 use super::{
     ActionReport, Computer, ComputerError, EditCommand, EditOutcome, SettleReport, ShellOutcome,
 };
-use crate::action::DesktopAction;
+use crate::action::{Button, DesktopAction};
 use crate::observation::{ImageFormat, Observation, ObservationMeta, ObserveRequest, fit_within};
 use crate::secret::Secret;
 
-/// Time allowed for a screenshot.
-const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time allowed for an action: sandboxd allows waits and drags of up to 60 s.
-const ACTION_TIMEOUT: Duration = Duration::from_secs(90);
-/// Time allowed for a file call.
-const FILE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Added to a shell command's own timeout for the answer to arrive.
-const SHELL_GRACE: Duration = Duration::from_secs(30);
+/// Limit on a call (screenshots, files, instant actions); actions and shell commands that take
+/// time of their own get that time on top (the client adds it).
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A sandbox reached over HTTP at `base_url` (sandboxd itself, or a proxy in front of it),
-/// authenticated with a bearer key when one is given.
+/// A sandbox reached over HTTP (sandboxd itself, or a proxy in front of it).
 pub struct SandboxdComputer {
-    base_url: String,
-    key: Option<Secret>,
-    client: reqwest::Client,
+    client: SandboxClient,
     /// The shell session commands run in, so the working directory and environment carry over
     /// between commands (sandboxd creates it on the first command).
     shell_session: Mutex<Option<String>>,
@@ -46,87 +44,45 @@ pub struct SandboxdComputer {
 impl std::fmt::Debug for SandboxdComputer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxdComputer")
-            .field("base_url", &self.base_url)
-            .field("key", &self.key)
-            .finish()
+            .field("client", &self.client)
+            .finish_non_exhaustive()
     }
 }
 
 impl SandboxdComputer {
-    /// `base_url` such as `http://10.0.0.5:8091`; paths are appended to it.
-    pub fn new(base_url: impl Into<String>, key: Option<Secret>) -> Result<Self, ComputerError> {
-        let base_url = base_url.into().trim_end_matches('/').to_string();
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
-            return Err(ComputerError::Refused {
-                field: Some("base_url".into()),
-                message: format!("base_url must start with http:// or https://, got {base_url:?}"),
-            });
+    /// The client settings a computer uses: one minute per call, plus an action's own time.
+    pub fn client_config() -> ClientConfig {
+        ClientConfig {
+            request_timeout: CALL_TIMEOUT,
+            connect_timeout: Duration::from_secs(10),
+            ..ClientConfig::default()
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| ComputerError::Transport {
-                step: "client setup",
-                message: e.to_string(),
-            })?;
-        Ok(Self {
-            base_url,
-            key,
+    }
+
+    /// `base_url` such as `http://10.0.0.5:8091`; paths are appended to it. A pool of its own;
+    /// [`from_client`](Self::from_client) shares one.
+    pub fn new(base_url: impl AsRef<str>, key: Option<Secret>) -> Result<Self, ComputerError> {
+        let client = SandboxClient::with_config(
+            base_url.as_ref(),
+            key.as_ref().map(Secret::expose),
+            &Self::client_config(),
+        )
+        .map_err(|error| match error {
+            ClientError::BaseUrl { .. } => ComputerError::Refused {
+                field: Some("base_url".into()),
+                message: error.to_string(),
+            },
+            other => from_client("client setup", other),
+        })?;
+        Ok(Self::from_client(client))
+    }
+
+    /// A computer over an existing client (and its connection pool).
+    pub fn from_client(client: SandboxClient) -> Self {
+        Self {
             client,
             shell_session: Mutex::new(None),
-        })
-    }
-
-    fn request(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        timeout: Duration,
-    ) -> reqwest::RequestBuilder {
-        let mut builder = self
-            .client
-            .request(method, format!("{}{}", self.base_url, path))
-            .timeout(timeout);
-        if let Some(key) = &self.key {
-            builder = builder.bearer_auth(key.expose());
         }
-        builder
-    }
-
-    /// POSTs `body` and returns the envelope's `data`.
-    async fn post<B: Serialize + ?Sized, T: DeserializeOwned>(
-        &self,
-        step: &'static str,
-        path: &str,
-        body: &B,
-        timeout: Duration,
-    ) -> Result<T, ComputerError> {
-        let response = self
-            .request(reqwest::Method::POST, path, timeout)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| transport(step, &e))?;
-        let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| transport(step, &e))?;
-        if !status.is_success() {
-            return Err(error_answer(step, status, &bytes));
-        }
-        let envelope: wire::Envelope<T> =
-            serde_json::from_slice(&bytes).map_err(|e| ComputerError::Protocol {
-                step,
-                message: e.to_string(),
-            })?;
-        if !envelope.success {
-            return Err(ComputerError::Refused {
-                field: None,
-                message: envelope.message.unwrap_or_else(|| format!("{step} failed")),
-            });
-        }
-        envelope.data.ok_or_else(|| ComputerError::Protocol {
-            step,
-            message: "the answer has no data".into(),
-        })
     }
 
     async fn screenshot(
@@ -134,111 +90,30 @@ impl SandboxdComputer {
         request: &ObserveRequest,
         step: &'static str,
     ) -> Result<Observation, ComputerError> {
-        let mut query: Vec<(&str, String)> = Vec::new();
-        if let Some(w) = request.max_width {
-            query.push(("max_width", w.to_string()));
-        }
-        if let Some(h) = request.max_height {
-            query.push(("max_height", h.to_string()));
-        }
-        match request.format {
-            ImageFormat::Png => query.push(("format", "png".into())),
-            ImageFormat::Jpeg { quality } => {
-                query.push(("format", "jpeg".into()));
-                query.push(("quality", quality.to_string()));
-            }
-        }
-        let query = query
-            .iter()
-            .map(|(name, value)| format!("{name}={value}"))
-            .collect::<Vec<_>>()
-            .join("&");
-        let response = self
-            .request(
-                reqwest::Method::GET,
-                &format!("/v1/browser/screenshot?{query}"),
-                SCREENSHOT_TIMEOUT,
-            )
-            .send()
+        let (format, quality) = match request.format {
+            ImageFormat::Png => (wire::ImageFormat::Png, None),
+            ImageFormat::Jpeg { quality } => (wire::ImageFormat::Jpeg, Some(i64::from(quality))),
+        };
+        let shot = self
+            .client
+            .screenshot(&DesktopScreenshotQuery {
+                format: Some(format),
+                quality,
+                max_width: request.max_width,
+                max_height: request.max_height,
+            })
             .await
-            .map_err(|e| transport(step, &e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let bytes = response.bytes().await.unwrap_or_default();
-            return Err(error_answer(step, status, &bytes));
-        }
-        let headers = response.headers().clone();
-        let header = |name: &str| -> Result<String, ComputerError> {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-                .ok_or_else(|| ComputerError::Protocol {
-                    step,
-                    message: format!("the screenshot answer has no {name} header"),
-                })
-        };
-        let number = |name: &str| -> Result<u32, ComputerError> {
-            header(name)?
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| ComputerError::Protocol {
-                    step,
-                    message: format!("the {name} header is not a number"),
-                })
-        };
-        let id = header("x-screenshot-id")?;
-        let image_width = number("x-image-width")?;
-        let image_height = number("x-image-height")?;
-        let screen_width = number("x-screen-width")?;
-        let screen_height = number("x-screen-height")?;
-        let mime = headers
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or(request.format.mime())
-            .to_string();
-        let image = response.bytes().await.map_err(|e| transport(step, &e))?;
+            .map_err(|e| from_client(step, e))?;
         Ok(Observation {
-            id,
-            image,
-            mime,
-            image_width,
-            image_height,
-            screen_width,
-            screen_height,
+            id: shot.info.id.to_string(),
+            image: Bytes::from(shot.bytes),
+            mime: shot.content_type,
+            image_width: shot.info.image_width,
+            image_height: shot.info.image_height,
+            screen_width: shot.info.screen_width,
+            screen_height: shot.info.screen_height,
             taken_at: SystemTime::now(),
         })
-    }
-
-    async fn action(
-        &self,
-        action: &DesktopAction,
-        screenshot_id: Option<u64>,
-    ) -> Result<wire::ActionData, ComputerError> {
-        let body = wire::ActionBody {
-            action,
-            screenshot_id,
-        };
-        let response = self
-            .request(reqwest::Method::POST, "/v1/browser/actions", ACTION_TIMEOUT)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| transport("action", &e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| transport("action", &e))?;
-        if !status.is_success() {
-            return Err(error_answer("action", status, &bytes));
-        }
-        let answer: wire::ActionAnswer =
-            serde_json::from_slice(&bytes).map_err(|e| ComputerError::Protocol {
-                step: "action",
-                message: e.to_string(),
-            })?;
-        Ok(answer.data)
     }
 }
 
@@ -260,10 +135,14 @@ impl Computer for SandboxdComputer {
                 message: format!("observation {id:?} is not a sandboxd screenshot id"),
             })?),
         };
-        let data = self.action(action, screenshot_id).await?;
+        let data = self
+            .client
+            .action(&wire_action(action, screenshot_id))
+            .await
+            .map_err(|e| from_client("action", e))?;
         Ok(ActionReport {
             cursor: data.cursor.map(|c| (c.x, c.y)),
-            settle: data.settle.map(Into::into),
+            settle: data.settle.map(settle_report),
         })
     }
 
@@ -272,15 +151,11 @@ impl Computer for SandboxdComputer {
         quiet: Duration,
         timeout: Duration,
     ) -> Result<SettleReport, ComputerError> {
-        let action = DesktopAction::WaitSettled {
-            quiet_ms: Some(quiet.as_millis() as u64),
-            timeout_ms: Some(timeout.as_millis() as u64),
-        };
-        let data = self.action(&action, None).await?;
-        data.settle.map(Into::into).ok_or(ComputerError::Protocol {
-            step: "wait settled",
-            message: "the answer has no settle report".into(),
-        })
+        self.client
+            .wait_settled(Some(quiet), Some(timeout))
+            .await
+            .map(settle_report)
+            .map_err(|e| from_client("wait settled", e))
     }
 
     async fn zoom(
@@ -353,22 +228,23 @@ impl Computer for SandboxdComputer {
         if restart {
             *session = None;
         }
-        let body = wire::ShellExec {
-            command,
-            id: session.as_deref(),
-            timeout: timeout.as_secs_f64(),
+        let request = ShellExecRequest {
+            command: command.to_string(),
+            id: session.clone(),
+            timeout: Some(timeout.as_secs_f64()),
+            ..ShellExecRequest::default()
         };
-        let result: wire::ShellResult = self
-            .post(
-                "shell",
-                "/v1/shell/exec",
-                &body,
-                timeout.saturating_add(SHELL_GRACE),
-            )
-            .await?;
+        let result = self
+            .client
+            .shell_exec(&request)
+            .await
+            .map_err(|e| from_client("shell", e))?;
         *session = Some(result.session_id);
         Ok(ShellOutcome {
-            still_running: result.status == "running" || result.status == "no_change_timeout",
+            still_running: matches!(
+                result.status,
+                wire::BashCommandStatus::Running | wire::BashCommandStatus::NoChangeTimeout
+            ),
             exit_code: result.exit_code,
             output: result.output,
             truncated: result.truncated,
@@ -376,213 +252,340 @@ impl Computer for SandboxdComputer {
     }
 
     async fn read_file(&self, path: &str) -> Result<String, ComputerError> {
-        let result: wire::FileRead = self
-            .post(
-                "read file",
-                "/v1/file/read",
-                &wire::FileReadBody { file: path },
-                FILE_TIMEOUT,
-            )
-            .await?;
-        Ok(result.content)
+        let request = FileReadRequest {
+            file: path.to_string(),
+            ..FileReadRequest::default()
+        };
+        self.client
+            .file_read(&request)
+            .await
+            .map(|result| result.content)
+            .map_err(|e| from_client("read file", e))
     }
 
     async fn write_file(&self, path: &str, content: &[u8]) -> Result<(), ComputerError> {
-        let body = wire::FileWriteBody {
-            file: path,
+        let request = FileWriteRequest {
+            file: path.to_string(),
             content: base64::engine::general_purpose::STANDARD.encode(content),
-            encoding: "base64",
+            encoding: Some(FileContentEncoding::Base64),
+            ..FileWriteRequest::default()
         };
-        let _: serde_json::Value = self
-            .post("write file", "/v1/file/write", &body, FILE_TIMEOUT)
-            .await?;
-        Ok(())
+        self.client
+            .file_write(&request)
+            .await
+            .map(|_| ())
+            .map_err(|e| from_client("write file", e))
     }
 
     async fn edit(&self, command: &EditCommand) -> Result<EditOutcome, ComputerError> {
-        let result: wire::EditResult = self
-            .post(
-                "edit file",
-                "/v1/file/str_replace_editor",
-                command,
-                FILE_TIMEOUT,
-            )
-            .await?;
-        Ok(EditOutcome {
-            output: result.output,
-        })
+        self.client
+            .str_replace_editor(&editor_request(command))
+            .await
+            .map(|result| EditOutcome {
+                output: result.output,
+            })
+            .map_err(|e| from_client("edit file", e))
     }
 }
 
-fn transport(step: &'static str, error: &reqwest::Error) -> ComputerError {
-    ComputerError::Transport {
-        step,
-        message: error.without_url_string(),
-    }
-}
-
-trait WithoutUrl {
-    fn without_url_string(&self) -> String;
-}
-
-impl WithoutUrl for reqwest::Error {
-    /// The error without the URL (it can carry a proxy token in its path).
-    fn without_url_string(&self) -> String {
-        let kind = if self.is_timeout() {
-            "timed out"
-        } else if self.is_connect() {
-            "connection failed"
-        } else if self.is_body() || self.is_decode() {
-            "the answer was cut"
-        } else {
-            "request failed"
-        };
-        let mut message = kind.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
+/// The editor command as sandboxd's `str_replace_editor` request.
+fn editor_request(command: &EditCommand) -> StrReplaceEditorRequest {
+    match command {
+        EditCommand::View { path, view_range } => StrReplaceEditorRequest {
+            view_range: view_range.map(|range| range.to_vec()),
+            ..StrReplaceEditorRequest::new(EditorCommandName::View, path)
+        },
+        EditCommand::Create { path, file_text } => StrReplaceEditorRequest {
+            file_text: Some(file_text.clone()),
+            ..StrReplaceEditorRequest::new(EditorCommandName::Create, path)
+        },
+        EditCommand::StrReplace {
+            path,
+            old_str,
+            new_str,
+        } => StrReplaceEditorRequest {
+            old_str: Some(old_str.clone()),
+            new_str: Some(new_str.clone()),
+            ..StrReplaceEditorRequest::new(EditorCommandName::StrReplace, path)
+        },
+        EditCommand::Insert {
+            path,
+            insert_line,
+            new_str,
+        } => StrReplaceEditorRequest {
+            insert_line: Some(*insert_line),
+            new_str: Some(new_str.clone()),
+            ..StrReplaceEditorRequest::new(EditorCommandName::Insert, path)
+        },
+        EditCommand::UndoEdit { path } => {
+            StrReplaceEditorRequest::new(EditorCommandName::UndoEdit, path)
         }
-        message
     }
 }
 
-/// Maps an error answer: 4xx with a message is a refusal (naming the field for 422), 503 is
-/// unavailable, the rest is an HTTP error.
-fn error_answer(step: &'static str, status: StatusCode, body: &[u8]) -> ComputerError {
-    let parsed: Option<wire::ErrorBody> = serde_json::from_slice(body).ok();
-    let message = parsed
-        .as_ref()
-        .and_then(|b| b.message.clone())
-        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
-    let field = parsed
-        .and_then(|b| b.detail)
-        .and_then(|d| d.into_iter().next())
-        .and_then(|d| d.loc.last().cloned());
-    match status.as_u16() {
-        401 | 403 if message.contains("API key") => ComputerError::Http {
+fn wire_button(button: Option<Button>) -> Option<DesktopButton> {
+    button.map(|button| match button {
+        Button::Left => DesktopButton::Left,
+        Button::Right => DesktopButton::Right,
+        Button::Middle => DesktopButton::Middle,
+    })
+}
+
+/// The loop's action as sandboxd's, aimed through screenshot `screenshot_id` where it has a
+/// point.
+pub fn wire_action(action: &DesktopAction, screenshot_id: Option<u64>) -> wire::DesktopAction {
+    use wire::DesktopAction as W;
+    match action.clone() {
+        DesktopAction::MoveTo { x, y } => W::MoveTo {
+            x,
+            y,
+            screenshot_id,
+        },
+        DesktopAction::Click {
+            x,
+            y,
+            button,
+            num_clicks,
+            modifiers,
+        } => W::Click {
+            x,
+            y,
+            button: wire_button(button),
+            num_clicks,
+            modifiers,
+            screenshot_id,
+        },
+        DesktopAction::DoubleClick { x, y } => W::DoubleClick {
+            x,
+            y,
+            screenshot_id,
+        },
+        DesktopAction::TripleClick { x, y } => W::TripleClick {
+            x,
+            y,
+            screenshot_id,
+        },
+        DesktopAction::RightClick { x, y } => W::RightClick {
+            x,
+            y,
+            screenshot_id,
+        },
+        DesktopAction::MouseDown { button } => W::MouseDown {
+            button: wire_button(button),
+        },
+        DesktopAction::MouseUp { button } => W::MouseUp {
+            button: wire_button(button),
+        },
+        DesktopAction::DragTo { x, y, button } => W::DragTo {
+            x,
+            y,
+            button: wire_button(button),
+            screenshot_id,
+        },
+        DesktopAction::DragPath {
+            path,
+            button,
+            step_ms,
+        } => W::DragPath {
+            path,
+            button: wire_button(button),
+            step_ms,
+            screenshot_id,
+        },
+        DesktopAction::Scroll { x, y, dx, dy } => W::Scroll {
+            dx: Some(dx),
+            dy: Some(dy),
+            x,
+            y,
+            unit: None,
+            screenshot_id,
+        },
+        DesktopAction::Typing {
+            text,
+            use_clipboard,
+        } => W::Typing {
+            text,
+            use_clipboard,
+        },
+        DesktopAction::Press { key } => W::Press { key },
+        DesktopAction::Hotkey { keys } => W::Hotkey { keys },
+        DesktopAction::KeyDown { key } => W::KeyDown { key },
+        DesktopAction::KeyUp { key } => W::KeyUp { key },
+        DesktopAction::Wait { duration } => W::Wait { duration },
+        DesktopAction::CursorPosition {} => W::CursorPosition {},
+        DesktopAction::WaitSettled {
+            quiet_ms,
+            timeout_ms,
+        } => W::WaitSettled {
+            quiet_ms,
+            timeout_ms,
+        },
+    }
+}
+
+fn settle_report(settle: wire::SettleInfo) -> SettleReport {
+    SettleReport {
+        settled: settle.settled,
+        waited_ms: settle.waited_ms,
+        frames: settle.frames,
+    }
+}
+
+/// A client error as the loop sees it: a 4xx with a message is a refusal (naming the field for
+/// 422) that the model reads (a path outside the allowed roots is a 403 refusal), 503 is
+/// "unavailable", a refused key and the rest are failures.
+fn from_client(step: &'static str, error: ClientError) -> ComputerError {
+    let field = error.field();
+    match error {
+        ClientError::Status {
+            status, message, ..
+        } if status.as_u16() == 401 || (status.as_u16() == 403 && message.contains("API key")) => {
+            ComputerError::Http {
+                step,
+                status: status.as_u16(),
+                message,
+            }
+        }
+        ClientError::Status {
+            status, message, ..
+        } if status.is_client_error() && status.as_u16() != 429 => {
+            ComputerError::Refused { field, message }
+        }
+        ClientError::Status {
+            status, message, ..
+        } if status.as_u16() == 503 => ComputerError::Unavailable { step, message },
+        ClientError::Status {
+            status, message, ..
+        } => ComputerError::Http {
             step,
             status: status.as_u16(),
             message,
         },
-        400..=499 if status != StatusCode::TOO_MANY_REQUESTS => {
-            ComputerError::Refused { field, message }
-        }
-        503 => ComputerError::Unavailable { step, message },
-        other => ComputerError::Http {
-            step,
-            status: other,
+        ClientError::Failed { message, .. } => ComputerError::Refused {
+            field: None,
             message,
+        },
+        ClientError::Transport { source, .. } => ComputerError::Transport {
+            step,
+            message: without_url(&source),
+        },
+        ClientError::Build(source) => ComputerError::Transport {
+            step,
+            message: without_url(&source),
+        },
+        other @ (ClientError::BaseUrl { .. }
+        | ClientError::Decode { .. }
+        | ClientError::TooLarge { .. }) => ComputerError::Protocol {
+            step,
+            message: other.to_string(),
         },
     }
 }
 
-mod wire {
-    //! sandboxd's JSON, only the fields used.
+/// A transport error without its URL (a proxy's URL can carry a token in its path).
+fn without_url(error: &reqwest::Error) -> String {
+    let kind = if error.is_timeout() {
+        "timed out"
+    } else if error.is_connect() {
+        "connection failed"
+    } else if error.is_body() || error.is_decode() {
+        "the answer was cut"
+    } else {
+        "request failed"
+    };
+    let mut message = kind.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
 
-    use serde::{Deserialize, Serialize};
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
 
-    use crate::action::DesktopAction;
+    use super::*;
 
-    #[derive(Deserialize)]
-    pub struct Envelope<T> {
-        pub success: bool,
-        pub message: Option<String>,
-        pub data: Option<T>,
+    /// The wire form without its `null`s.
+    fn sent(action: &DesktopAction, screenshot_id: Option<u64>) -> Value {
+        let Value::Object(fields) = serde_json::to_value(wire_action(action, screenshot_id))
+            .expect("wire actions serialize")
+        else {
+            panic!("an action is a JSON object");
+        };
+        Value::Object(fields.into_iter().filter(|(_, v)| !v.is_null()).collect())
     }
 
-    #[derive(Deserialize)]
-    pub struct ErrorBody {
-        pub message: Option<String>,
-        pub detail: Option<Vec<ErrorDetail>>,
-    }
-
-    #[derive(Deserialize)]
-    pub struct ErrorDetail {
-        pub loc: Vec<String>,
-    }
-
-    #[derive(Serialize)]
-    pub struct ActionBody<'a> {
-        #[serde(flatten)]
-        pub action: &'a DesktopAction,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub screenshot_id: Option<u64>,
-    }
-
-    #[derive(Deserialize)]
-    pub struct ActionAnswer {
-        pub data: ActionData,
-    }
-
-    #[derive(Deserialize)]
-    pub struct ActionData {
-        pub cursor: Option<Cursor>,
-        pub settle: Option<Settle>,
-    }
-
-    #[derive(Deserialize)]
-    pub struct Cursor {
-        pub x: i32,
-        pub y: i32,
-    }
-
-    #[derive(Deserialize)]
-    pub struct Settle {
-        pub settled: bool,
-        pub waited_ms: u64,
-        pub frames: u32,
-    }
-
-    impl From<Settle> for super::SettleReport {
-        fn from(s: Settle) -> Self {
-            Self {
-                settled: s.settled,
-                waited_ms: s.waited_ms,
-                frames: s.frames,
-            }
+    #[test]
+    fn every_action_goes_out_as_the_loop_wrote_it_with_the_screenshot_id_where_it_aims() {
+        let cases = [
+            json!({"action_type": "MOVE_TO", "x": 1.0, "y": 2.0}),
+            json!({"action_type": "CLICK", "x": 1.0, "y": 2.0, "button": "right", "num_clicks": 2, "modifiers": ["ctrl"]}),
+            json!({"action_type": "DOUBLE_CLICK", "x": 1.0, "y": 2.0}),
+            json!({"action_type": "TRIPLE_CLICK", "x": 1.0, "y": 2.0}),
+            json!({"action_type": "RIGHT_CLICK", "x": 1.0, "y": 2.0}),
+            json!({"action_type": "DRAG_TO", "x": 1.0, "y": 2.0, "button": "middle"}),
+            json!({"action_type": "DRAG_PATH", "path": [[1.0, 2.0], [3.0, 4.0]], "step_ms": 5}),
+            json!({"action_type": "SCROLL", "x": 1.0, "y": 2.0, "dx": 0, "dy": 3}),
+        ];
+        for case in cases {
+            let action: DesktopAction = serde_json::from_value(case.clone()).unwrap();
+            let mut expected = case.clone();
+            expected["screenshot_id"] = json!(7);
+            assert_eq!(sent(&action, Some(7)), expected, "{case}");
+            assert_eq!(sent(&action, None), case, "{case}");
+        }
+        // Actions without a point never carry the id.
+        for case in [
+            json!({"action_type": "MOUSE_DOWN", "button": "left"}),
+            json!({"action_type": "MOUSE_UP"}),
+            json!({"action_type": "TYPING", "text": "héllo", "use_clipboard": true}),
+            json!({"action_type": "PRESS", "key": "ctrl+s"}),
+            json!({"action_type": "HOTKEY", "keys": ["ctrl", "s"]}),
+            json!({"action_type": "KEY_DOWN", "key": "shift"}),
+            json!({"action_type": "KEY_UP", "key": "shift"}),
+            json!({"action_type": "WAIT", "duration": 0.5}),
+            json!({"action_type": "CURSOR_POSITION"}),
+            json!({"action_type": "WAIT_SETTLED", "quiet_ms": 100, "timeout_ms": 3000}),
+        ] {
+            let action: DesktopAction = serde_json::from_value(case.clone()).unwrap();
+            assert_eq!(sent(&action, Some(7)), case, "{case}");
         }
     }
 
-    #[derive(Serialize)]
-    pub struct ShellExec<'a> {
-        pub command: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub id: Option<&'a str>,
-        pub timeout: f64,
-    }
-
-    #[derive(Deserialize)]
-    pub struct ShellResult {
-        pub session_id: String,
-        pub status: String,
-        #[serde(default)]
-        pub output: String,
-        pub exit_code: Option<i32>,
-        #[serde(default)]
-        pub truncated: bool,
-    }
-
-    #[derive(Serialize)]
-    pub struct FileReadBody<'a> {
-        pub file: &'a str,
-    }
-
-    #[derive(Deserialize)]
-    pub struct FileRead {
-        pub content: String,
-    }
-
-    #[derive(Serialize)]
-    pub struct FileWriteBody<'a> {
-        pub file: &'a str,
-        pub content: String,
-        pub encoding: &'static str,
-    }
-
-    #[derive(Deserialize)]
-    pub struct EditResult {
-        pub output: String,
+    #[test]
+    fn refusals_name_the_field_and_a_bad_key_is_not_a_refusal() {
+        let status = |code: u16, message: &str, loc: Option<&[&str]>| ClientError::Status {
+            operation: "test",
+            status: reqwest::StatusCode::from_u16(code).unwrap(),
+            message: message.into(),
+            loc: loc.map(|l| l.iter().map(|s| s.to_string()).collect()),
+        };
+        assert_eq!(
+            from_client("action", status(422, "bad", Some(&["body", "path"]))),
+            ComputerError::Refused {
+                field: Some("path".into()),
+                message: "bad".into()
+            }
+        );
+        assert!(matches!(
+            from_client("read", status(403, "outside the allowed roots", None)),
+            ComputerError::Refused { .. }
+        ));
+        assert!(matches!(
+            from_client("read", status(401, "missing API key", None)),
+            ComputerError::Http { status: 401, .. }
+        ));
+        assert!(matches!(
+            from_client("read", status(429, "slow down", None)),
+            ComputerError::Http { status: 429, .. }
+        ));
+        assert!(matches!(
+            from_client("shot", status(503, "no display", None)),
+            ComputerError::Unavailable { .. }
+        ));
     }
 }

@@ -349,6 +349,29 @@ fn parse_step(index: usize, value: &Value, coordinates: Coordinates) -> Result<S
     })
 }
 
+/// A script action as it is sent for a `display` of (width, height) pixels: fractions turned
+/// into pixels (rounded, inside the screen) and strokes made dense (see [`dense_strokes`]).
+pub fn place(
+    action: &DesktopAction,
+    coordinates: Coordinates,
+    (width, height): (u32, u32),
+) -> DesktopAction {
+    let placed = match coordinates {
+        Coordinates::Pixels => action.clone(),
+        Coordinates::Fraction => action.map_points(|x, y| {
+            (
+                (x * f64::from(width))
+                    .round()
+                    .min(f64::from(width.saturating_sub(1))),
+                (y * f64::from(height))
+                    .round()
+                    .min(f64::from(height.saturating_sub(1))),
+            )
+        }),
+    };
+    dense_strokes(placed)
+}
+
 /// A `DRAG_PATH` with points at most [`crate::action::DRAG_SEGMENT_PX`] apart, so the
 /// application under the pointer sees a continuous stroke.
 fn dense_strokes(action: DesktopAction) -> DesktopAction {
@@ -466,22 +489,7 @@ impl Model for ScriptModel {
             ToolRequest::Desktop { actions } => ToolRequest::Desktop {
                 actions: actions
                     .iter()
-                    .map(|a| {
-                        let placed = match self.script.coordinates {
-                            Coordinates::Pixels => a.clone(),
-                            Coordinates::Fraction => a.map_points(|x, y| {
-                                (
-                                    (x * f64::from(width))
-                                        .round()
-                                        .min(f64::from(width.saturating_sub(1))),
-                                    (y * f64::from(height))
-                                        .round()
-                                        .min(f64::from(height.saturating_sub(1))),
-                                )
-                            }),
-                        };
-                        dense_strokes(placed)
-                    })
+                    .map(|a| place(a, self.script.coordinates, (width, height)))
                     .collect(),
             },
             other => other.clone(),

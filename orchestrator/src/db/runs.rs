@@ -304,15 +304,47 @@ impl Store {
         at: i64,
         change: Option<&StatusChange>,
     ) -> Result<Option<i64>> {
+        self.append(run_id, lease_owner, kind, data, at, change, None)
+            .await
+    }
+
+    /// Like [`append_event`](Self::append_event), storing `checkpoint` (the run's resume
+    /// state) in the same transaction.
+    pub async fn append_event_with_checkpoint(
+        &self,
+        run_id: &str,
+        lease_owner: &str,
+        kind: &str,
+        data: &str,
+        at: i64,
+        checkpoint: &str,
+    ) -> Result<Option<i64>> {
+        self.append(run_id, lease_owner, kind, data, at, None, Some(checkpoint))
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)] // Reason: the two public forms above name the cases.
+    async fn append(
+        &self,
+        run_id: &str,
+        lease_owner: &str,
+        kind: &str,
+        data: &str,
+        at: i64,
+        change: Option<&StatusChange>,
+        checkpoint: Option<&str>,
+    ) -> Result<Option<i64>> {
         let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
         let sql = format!(
-            "UPDATE runs SET last_seq = last_seq + 1, updated_at = $1 WHERE id = $2 AND \
+            "UPDATE runs SET last_seq = last_seq + 1, updated_at = $1, \
+             checkpoint = COALESCE($4, checkpoint) WHERE id = $2 AND \
              lease_owner = $3 AND status NOT IN {TERMINAL} RETURNING last_seq"
         );
         let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(at)
             .bind(run_id)
             .bind(lease_owner)
+            .bind(checkpoint)
             .fetch_optional(&mut *tx)
             .await
             .map_err(query_error("take the next seq"))?

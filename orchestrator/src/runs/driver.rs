@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use agent::{
     Checkpoint, Computer, Event, EventSink, Limits, ModelSpec, RunConfig, RunStatus, Runner,
-    SandboxdComputer, Secret,
+    SandboxdComputer,
 };
-use sandbox_client::{ClientConfig, SandboxClient};
+use sandbox_client::SandboxClient;
 
 use super::sink::{RunSink, SandboxLink};
 use super::{ActiveRun, Runs};
@@ -254,10 +254,10 @@ async fn connect(
         .ok_or_else(|| format!("sandbox {} has no address", sandbox.id))?;
     let base = format!("http://{address}:{SANDBOXD_PORT}");
     let key = runs.sandboxes.sandbox_key(sandbox);
-    let computer = SandboxdComputer::new(base.clone(), Some(Secret::new(key.clone())))
+    // One client (and connection pool) for the loop's calls and the outputs copier.
+    let client = SandboxClient::with_config(&base, Some(&key), &SandboxdComputer::client_config())
         .map_err(|e| format!("sandbox {}: {e}", sandbox.id))?;
-    let client = SandboxClient::with_config(&base, Some(&key), &ClientConfig::default())
-        .map_err(|e| format!("sandbox {}: {e}", sandbox.id))?;
+    let computer = SandboxdComputer::from_client(client.clone());
     let home = client
         .sandbox_context()
         .await

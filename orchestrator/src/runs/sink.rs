@@ -69,19 +69,33 @@ impl RunSink {
         data: String,
         change: Option<StatusChange>,
     ) -> Result<i64, SinkError> {
+        self.append_with(kind, data, change, None).await
+    }
+
+    /// Like [`append`](Self::append), storing `checkpoint` in the same transaction.
+    async fn append_with(
+        &self,
+        kind: &str,
+        data: String,
+        change: Option<StatusChange>,
+        checkpoint: Option<&str>,
+    ) -> Result<i64, SinkError> {
         let at = now_ms();
-        let seq = self
-            .runs
-            .store
-            .append_event(
-                &self.run_id,
-                &self.runs.lease_owner,
-                kind,
-                &data,
-                at,
-                change.as_ref(),
-            )
-            .await
+        let store = &self.runs.store;
+        let owner = &self.runs.lease_owner;
+        let appended = match checkpoint {
+            Some(checkpoint) => {
+                store
+                    .append_event_with_checkpoint(&self.run_id, owner, kind, &data, at, checkpoint)
+                    .await
+            }
+            None => {
+                store
+                    .append_event(&self.run_id, owner, kind, &data, at, change.as_ref())
+                    .await
+            }
+        };
+        let seq = appended
             .map_err(|e| SinkError(e.to_string()))?
             .ok_or_else(|| {
                 SinkError("the run has ended or another process holds its lease".into())
@@ -224,29 +238,9 @@ impl RunSink {
         Ok(record)
     }
 
-    fn set_gate(&self, open: bool) {
-        if let Some(sandbox) = &self.sandbox {
-            self.runs
-                .sandboxes
-                .set_control_input(&sandbox.sandbox_id, open);
-        }
-    }
-}
-
-pub(crate) fn run_state(status: RunStatus) -> RunState {
-    match status {
-        RunStatus::Running => RunState::Running,
-        RunStatus::Paused => RunState::Paused,
-        RunStatus::WaitingForInput => RunState::WaitingForInput,
-        RunStatus::Completed => RunState::Completed,
-        RunStatus::Failed => RunState::Failed,
-        RunStatus::Canceled => RunState::Canceled,
-    }
-}
-
-#[async_trait]
-impl EventSink for RunSink {
-    async fn emit(&self, event: Event) -> Result<(), SinkError> {
+    /// Writes `event` (with `checkpoint` in the same transaction when given) and does what
+    /// it implies for the control gate and the outputs copier.
+    async fn emit_with(&self, event: Event, checkpoint: Option<&str>) -> Result<(), SinkError> {
         let change = match &event {
             Event::RunStatus {
                 status,
@@ -279,7 +273,8 @@ impl EventSink for RunSink {
             self.set_gate(false);
         }
         let data = serde_json::to_string(&event).map_err(|e| SinkError(e.to_string()))?;
-        self.append(event.kind(), data, change).await?;
+        self.append_with(event.kind(), data, change, checkpoint)
+            .await?;
         match event {
             // The in-flight action has finished: the person's input goes through now.
             Event::ControlTaken {} => self.set_gate(true),
@@ -294,6 +289,46 @@ impl EventSink for RunSink {
         }
         drop(final_copy);
         Ok(())
+    }
+
+    fn set_gate(&self, open: bool) {
+        if let Some(sandbox) = &self.sandbox {
+            self.runs
+                .sandboxes
+                .set_control_input(&sandbox.sandbox_id, open);
+        }
+    }
+}
+
+pub(crate) fn run_state(status: RunStatus) -> RunState {
+    match status {
+        RunStatus::Running => RunState::Running,
+        RunStatus::Paused => RunState::Paused,
+        RunStatus::WaitingForInput => RunState::WaitingForInput,
+        RunStatus::Completed => RunState::Completed,
+        RunStatus::Failed => RunState::Failed,
+        RunStatus::Canceled => RunState::Canceled,
+    }
+}
+
+#[async_trait]
+impl EventSink for RunSink {
+    async fn emit(&self, event: Event) -> Result<(), SinkError> {
+        self.emit_with(event, None).await
+    }
+
+    async fn emit_checkpointed(
+        &self,
+        event: Event,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), SinkError> {
+        if matches!(event, Event::RunStatus { .. }) {
+            // A status change has its own write; the checkpoint goes first.
+            self.checkpoint(checkpoint).await?;
+            return self.emit(event).await;
+        }
+        let json = serde_json::to_string(checkpoint).map_err(|e| SinkError(e.to_string()))?;
+        self.emit_with(event, Some(&json)).await
     }
 
     async fn screenshot(
