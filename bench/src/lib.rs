@@ -111,10 +111,15 @@ pub struct OrchestratorServer {
     pub url: String,
     pub instance: String,
     pub network: String,
-    _data: std::path::PathBuf,
+    data: std::path::PathBuf,
 }
 
 impl OrchestratorServer {
+    /// Its data directory (the database, `master.key`, artifacts).
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.data
+    }
+
     // The orchestrator under test is the bench's own child, killed and waited for on drop.
     #[allow(clippy::disallowed_methods)]
     /// Starts `binary serve` with `pool` warm sandboxes of `image` and `extra` flags.
@@ -176,7 +181,7 @@ impl OrchestratorServer {
             url,
             instance,
             network,
-            _data: data,
+            data,
         })
     }
 }
@@ -196,7 +201,7 @@ impl Drop for OrchestratorServer {
             }
         }
         let _ = docker(&["network", "rm", &self.network]);
-        let _ = std::fs::remove_dir_all(&self._data);
+        let _ = std::fs::remove_dir_all(&self.data);
     }
 }
 

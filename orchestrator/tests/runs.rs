@@ -398,6 +398,14 @@ async fn a_run_survives_kill_9_of_the_orchestrator() -> anyhow::Result<()> {
         scripts.path().join("bad.json"),
         r#"[{"action": "FLY_TO", "x": 1}]"#,
     )?;
+    std::fs::write(
+        scripts.path().join("long.json"),
+        serde_json::to_string(&json!([
+            {"action": "SHELL", "command": "sleep 20; echo late >> ~/late.log", "timeout_s": 60},
+            {"action": "SHELL", "command": "echo next >> ~/late.log"},
+            {"action": "FINAL", "answer": "never"}
+        ]))?,
+    )?;
     let mut orchestrator = Orchestrator::start(Options {
         extra_args: vec![
             "--scripts-dir".into(),
@@ -465,6 +473,50 @@ async fn a_run_survives_kill_9_of_the_orchestrator() -> anyhow::Result<()> {
         assert_eq!(log.lines().filter(|l| *l == line).count(), 1, "{log}");
     }
     assert!(log.lines().filter(|l| *l == "b").count() <= 1, "{log}");
+
+    // Cancel through the API while an action is in flight, in the same sandbox: the answer
+    // says canceled, the log ends with that status and nothing after it, and the next step
+    // never runs.
+    let (status, long) = post_run(
+        &orchestrator,
+        json!({"task": "long", "model": "script:long.json", "sandbox_id": sandbox_id}),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 201, "{long}");
+    let long_id = long["id"].as_str().context("id")?.to_string();
+    let long_path = format!("/v1/runs/{long_id}/events");
+    read_sse(&orchestrator, &long_path, None, |events| {
+        events.iter().any(|e| e.1 == "action.started")
+    })
+    .await?;
+    let (status, canceled) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{long_id}/cancel"),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 200, "{canceled}");
+    assert_eq!(canceled["status"], "canceled", "{canceled}");
+    let events = read_sse(&orchestrator, &long_path, Some(0), |events| {
+        events.last().is_some_and(is_terminal)
+    })
+    .await?;
+    let end = events.last().context("end")?;
+    assert_eq!(end.2["status"], "canceled", "{events:#?}");
+    assert!(
+        !events.iter().any(|e| e.1 == "action.finished"),
+        "nothing is written for the canceled action: {events:#?}"
+    );
+    // The stream ended at the terminal event; a replay after it is empty and stays so.
+    let (_, page) = orchestrator
+        .get(&format!("{long_path}?format=json&after_seq={}", end.0))
+        .await?;
+    assert_eq!(page["events"], json!([]), "{page}");
+    let started = events.iter().filter(|e| e.1 == "action.started").count();
+    assert_eq!(started, 1, "the next step never started: {events:#?}");
     Ok(())
 }
 

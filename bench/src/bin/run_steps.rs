@@ -2,7 +2,8 @@
 //! bookkeeping, measured on the acceptance task (seed 003's red triangle, `script:` provider,
 //! so the model takes ~0 ms) through the orchestrator, side by side in the same run with:
 //!
-//! - **raw**: the same desktop actions as bare sandboxd calls through the orchestrator's proxy
+//! - **raw**: the same desktop actions (read from the same script file, placed by the script
+//!   provider's own function) as bare calls straight to sandboxd, as the loop makes them
 //!   (screenshot, action, `WAIT_SETTLED` with the loop's settle policy), nothing stored;
 //! - **sleep 2 s**: the common reference loops' step (screenshot, action, a fixed 2-second
 //!   sleep).
@@ -17,11 +18,12 @@ use std::time::{Duration, Instant};
 
 use agent::computer::sandboxd::wire_action;
 use agent::model::script::{Script, place};
-use agent::{DesktopAction, ToolRequest};
+use agent::{DesktopAction, SettlePolicy, ToolRequest};
 use agentbox_bench::{
-    ADMIN_KEY, OrchestratorServer, Stats, arg, percentile, print_header, print_row,
+    ADMIN_KEY, OrchestratorServer, Stats, arg, docker, percentile, print_header, print_row,
 };
 use anyhow::{Context, bail};
+use orchestrator::keyring::Keyring;
 use serde_json::{Value, json};
 
 /// The desktop actions of the acceptance task exactly as the run sends them: the script file
@@ -59,11 +61,12 @@ fn task_actions() -> anyhow::Result<Vec<Value>> {
 
 async fn call(
     client: &reqwest::Client,
+    key: &str,
     method: reqwest::Method,
     url: &str,
     body: Option<Value>,
 ) -> anyhow::Result<Value> {
-    let mut request = client.request(method, url).bearer_auth(ADMIN_KEY);
+    let mut request = client.request(method, url).bearer_auth(key);
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -81,6 +84,9 @@ async fn call(
 struct RunStep {
     total: Duration,
     calls: Duration,
+    capture: Duration,
+    action: Duration,
+    settle: Duration,
 }
 
 /// One run of the acceptance task; returns each desktop-action step.
@@ -91,6 +97,7 @@ async fn run_task(
 ) -> anyhow::Result<Vec<RunStep>> {
     let run = call(
         client,
+        ADMIN_KEY,
         reqwest::Method::POST,
         &format!("{}/v1/runs", server.url),
         Some(json!({
@@ -105,6 +112,7 @@ async fn run_task(
     let page = loop {
         let page = call(
             client,
+            ADMIN_KEY,
             reqwest::Method::GET,
             &format!("{}/v1/runs/{id}/events?format=json&limit=1000", server.url),
             None,
@@ -148,9 +156,23 @@ async fn run_task(
             let timing = |name: &str| event["timings"][name].as_i64().unwrap_or(0);
             let ms = (at - previous - timing("model_ms")).max(0);
             let calls = timing("capture_ms") + timing("action_ms") + timing("settle_ms");
+            let millis = |ms: i64| Duration::from_millis(ms.max(0) as u64);
+            if std::env::var_os("RUN_STEPS_VERBOSE").is_some() {
+                eprintln!(
+                    "{:>4} ms  capture {:>3}  action {:>3}  settle {:>3}  {}",
+                    ms,
+                    timing("capture_ms"),
+                    timing("action_ms"),
+                    timing("settle_ms"),
+                    text.chars().take(60).collect::<String>()
+                );
+            }
             steps.push(RunStep {
-                total: Duration::from_millis(ms as u64),
-                calls: Duration::from_millis(calls.max(0) as u64),
+                total: millis(ms),
+                calls: millis(calls),
+                capture: millis(timing("capture_ms")),
+                action: millis(timing("action_ms")),
+                settle: millis(timing("settle_ms")),
             });
         }
         previous = Some(at);
@@ -161,20 +183,40 @@ async fn run_task(
     Ok(steps)
 }
 
-/// The same actions as bare calls: screenshot, action, then settle or a fixed sleep.
+/// sandboxd of `sandbox` as the run's loop reaches it: the container's address on the sandbox
+/// network and the sandbox's own key (derived from the orchestrator's master key, which the
+/// bench, its parent, can read).
+fn direct(server: &OrchestratorServer, sandbox: &str) -> anyhow::Result<(String, String)> {
+    let address = docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        &format!("agentbox-{sandbox}"),
+    ])?;
+    let keyring = Keyring::load_or_create(&server.data_dir().join("master.key"))?;
+    Ok((
+        format!("http://{}:8080", address.trim()),
+        keyring.sandbox_key(sandbox),
+    ))
+}
+
+/// The same actions as bare calls straight to sandboxd (as the loop makes them): screenshot,
+/// action, then settle or a fixed sleep.
 async fn bare_steps(
     client: &reqwest::Client,
     server: &OrchestratorServer,
     sandbox: &str,
     sleep: Option<Duration>,
 ) -> anyhow::Result<Vec<Duration>> {
-    let api = format!("{}/v1/sandboxes/{sandbox}/api", server.url);
+    let (api, key) = direct(server, sandbox)?;
+    // The loop's own settle policy.
+    let settle = SettlePolicy::default();
     let mut steps = Vec::new();
     for action in task_actions()? {
         let started = Instant::now();
         let response = client
             .get(format!("{api}/v1/browser/screenshot?format=png"))
-            .bearer_auth(ADMIN_KEY)
+            .bearer_auth(&key)
             .send()
             .await?;
         if !response.status().is_success() {
@@ -183,6 +225,7 @@ async fn bare_steps(
         response.bytes().await?;
         call(
             client,
+            &key,
             reqwest::Method::POST,
             &format!("{api}/v1/browser/actions"),
             Some(action),
@@ -193,11 +236,14 @@ async fn bare_steps(
             None => {
                 call(
                     client,
+                    &key,
                     reqwest::Method::POST,
                     &format!("{api}/v1/browser/actions"),
-                    Some(
-                        json!({"action_type": "WAIT_SETTLED", "quiet_ms": 100, "timeout_ms": 3000}),
-                    ),
+                    Some(json!({
+                        "action_type": "WAIT_SETTLED",
+                        "quiet_ms": settle.quiet.as_millis() as u64,
+                        "timeout_ms": settle.timeout.as_millis() as u64,
+                    })),
                 )
                 .await?;
             }
@@ -223,9 +269,11 @@ async fn main() -> anyhow::Result<()> {
     let client = reqwest::Client::new();
     let (mut run, mut raw, mut slept) = (Vec::new(), Vec::new(), Vec::new());
     let mut bookkeeping = Vec::new();
+    let (mut capture, mut action, mut settle) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..iterations {
         let sandbox = call(
             &client,
+            ADMIN_KEY,
             reqwest::Method::POST,
             &format!("{}/v1/sandboxes", server.url),
             Some(json!({})),
@@ -235,12 +283,16 @@ async fn main() -> anyhow::Result<()> {
         for step in run_task(&client, &server, &id).await? {
             run.push(step.total);
             bookkeeping.push(step.total.saturating_sub(step.calls));
+            capture.push(step.capture);
+            action.push(step.action);
+            settle.push(step.settle);
         }
         // mtPaint is open on the same canvas: the same actions, bare.
         raw.extend(bare_steps(&client, &server, &id, None).await?);
         slept.extend(bare_steps(&client, &server, &id, Some(Duration::from_secs(2))).await?);
         call(
             &client,
+            ADMIN_KEY,
             reqwest::Method::DELETE,
             &format!("{}/v1/sandboxes/{id}", server.url),
             None,
@@ -255,10 +307,10 @@ async fn main() -> anyhow::Result<()> {
     print_row("agentbox run step", &Stats::of(&run));
     print_row("raw sandboxd calls", &Stats::of(&raw));
     print_row("fixed 2 s sleep loop", &Stats::of(&slept));
-    print_row(
-        "  run step minus its sandboxd calls",
-        &Stats::of(&bookkeeping),
-    );
+    print_row("  run: screenshot", &Stats::of(&capture));
+    print_row("  run: action", &Stats::of(&action));
+    print_row("  run: settle (WAIT_SETTLED)", &Stats::of(&settle));
+    print_row("  run: the rest (bookkeeping)", &Stats::of(&bookkeeping));
     let (median, p95) = (Stats::of(&run).median, percentile(&run, 0.95));
     let raw_median = Stats::of(&raw).median;
     println!(
