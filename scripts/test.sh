@@ -153,6 +153,9 @@ main() {
     cargo run --locked --release -q -p agentbox-bench --bin orchestrator-bench -- \
     --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
 
+  step "benchmark harness smoke run (run steps, 1 iteration)" \
+    cargo run --locked --release -q -p agentbox-bench --bin run-steps -- --iterations 1
+
   log "finished in $(( $(date +%s) - started )) s"
   if [ ${#failures[@]} -gt 0 ]; then
     log "failed: ${failures[*]}"
