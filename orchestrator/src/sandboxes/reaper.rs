@@ -75,7 +75,18 @@ impl Sandboxes {
         let mut keys: HashMap<String, bool> = HashMap::new();
         let mut tokens: HashMap<String, bool> = HashMap::new();
         let mut sandboxes: HashMap<String, bool> = HashMap::new();
+        let mut consoles: HashMap<String, bool> = HashMap::new();
         for authority in &authorities {
+            if let Some(console) = &authority.console_session
+                && !consoles.contains_key(console)
+            {
+                let live = self
+                    .store
+                    .console_session(console)
+                    .await?
+                    .is_some_and(|c| c.is_live(self.clock.now_ms()));
+                consoles.insert(console.clone(), live);
+            }
             if let Some(key) = &authority.key_id
                 && !keys.contains_key(key)
             {
@@ -113,6 +124,11 @@ impl Sandboxes {
         for (token, live) in tokens {
             if !live {
                 self.sessions.end_token(&token);
+            }
+        }
+        for (console, live) in consoles {
+            if !live {
+                self.sessions.end_console_session(&console);
             }
         }
         for (sandbox, live) in sandboxes {
@@ -205,6 +221,10 @@ impl Sandboxes {
         let _ = self
             .store
             .purge_expired_tokens(self.clock.now_ms() - 3600 * 1000)
+            .await;
+        let _ = self
+            .store
+            .purge_console_sessions(self.clock.now_ms() - 3600 * 1000)
             .await;
         Ok(())
     }
@@ -524,6 +544,7 @@ mod tests {
             key_id: Some(OWNER.into()),
             token_id: None,
             expires_at: None,
+            console_session: None,
             kind: "api",
         });
 
