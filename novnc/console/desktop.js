@@ -109,7 +109,6 @@ export class Desktop {
 export function desktopMarkup() {
   const root = document.createElement('div');
   root.className = 'desktop';
-  root.innerHTML = '';
   const screen = document.createElement('div');
   screen.className = 'screen';
   const overlay = document.createElement('div');

@@ -17,7 +17,7 @@
 //!   reads the run, its events, its artifacts and a view-only desktop, and nothing else.
 
 use axum::Json;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::header::{self, HeaderMap, HeaderValue};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -568,13 +568,22 @@ async fn share_run(
 async fn share_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (_, _, _, token) = share_access(&state, &id, &headers).await?;
+    let after_seq = query.as_deref().and_then(|query| {
+        serde_urlencoded::from_str::<Vec<(String, String)>>(query)
+            .ok()?
+            .into_iter()
+            .find(|(k, _)| k == "after_seq")
+            .and_then(|(_, v)| v.parse::<i64>().ok())
+    });
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<i64>().ok())
+        .or(after_seq)
         .filter(|seq| *seq >= 0)
         .unwrap_or(0);
     let (_, sandbox_id) = shared_run(&state, &id).await?;
