@@ -86,7 +86,11 @@ export class Timeline {
     const source = new EventSource(`${this.url}${separator}after_seq=${this.lastSeq}`);
     this.source = source;
     this.say('Connecting…', 'retrying');
-    source.addEventListener('open', () => this.say('Live', 'live'));
+    source.addEventListener('open', () => {
+      // How many times the stream was (re)opened: more than one after a dropped connection.
+      this.list.dataset.connections = String(Number(this.list.dataset.connections || 0) + 1);
+      this.say('Live', 'live');
+    });
     for (const kind of KINDS) {
       source.addEventListener(kind, (message) => {
         if (!message.data) return; // the connection's own 'error' event

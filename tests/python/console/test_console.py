@@ -210,6 +210,7 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     assert run["status"] == "completed", run
     assert sorted(seqs) == list(range(1, run["last_seq"] + 1)), f"every event once: {seqs}"
     assert len(seqs) > seen_before_cut, "events written while cut off arrived after the reconnect"
+    assert int(page.locator("#timeline").get_attribute("data-connections")) >= 2, "the stream reconnected"
     kinds = [e["type"] for e in orchestrator.api(
         "GET", f"/v1/runs/{run_id}/events?format=json&limit=1000").json()["events"]]
     assert "control.taken" in kinds and "control.returned" in kinds
