@@ -137,8 +137,12 @@ export class Timeline {
       row = el('li', { class: note ? 'note' : '' });
       row.dataset.seqs = '';
       if (key) this.rows.set(key, row);
+      // Follow the newest event only when the reader is already at the end of the panel, and
+      // scroll the panel alone: the page (and the desktop on it) never moves under the reader.
+      const panel = this.list.closest('.timeline-panel');
+      const following = panel && panel.scrollHeight - panel.scrollTop - panel.clientHeight < 80;
       this.list.append(row);
-      row.scrollIntoView?.({ block: 'nearest' });
+      if (following && panel.scrollHeight > panel.clientHeight) panel.scrollTop = panel.scrollHeight;
     }
     return row;
   }
