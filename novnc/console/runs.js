@@ -2,8 +2,7 @@
 import { api, shell, el, pill, ago } from '/assets/console/api.js';
 import '/assets/console/nav.js';
 
-async function main() {
-  shell();
+async function load() {
   const body = document.getElementById('runs');
   try {
     const { runs } = await api('/v1/runs');
@@ -26,4 +25,7 @@ async function main() {
   }
 }
 
-main();
+shell();
+load();
+// The list stays current on a page left open.
+setInterval(load, 10000);

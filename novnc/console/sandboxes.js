@@ -65,3 +65,5 @@ $('create').addEventListener('click', async () => {
 
 shell();
 load();
+// The list stays current on a page left open (statuses, ages, expiries).
+setInterval(load, 10000);
