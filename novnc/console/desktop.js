@@ -105,14 +105,12 @@ export class Desktop {
   }
 }
 
-// The markup a Desktop lives in.
+// The markup a Desktop lives in: a bar with its state and mode above the screen (never over it).
 export function desktopMarkup() {
   const root = document.createElement('div');
   root.className = 'desktop';
-  const screen = document.createElement('div');
-  screen.className = 'screen';
-  const overlay = document.createElement('div');
-  overlay.className = 'overlay';
+  const bar = document.createElement('div');
+  bar.className = 'desktop-bar';
   const state = document.createElement('span');
   state.className = 'pill';
   state.dataset.role = 'state';
@@ -121,9 +119,14 @@ export function desktopMarkup() {
   mode.className = 'pill';
   mode.dataset.role = 'mode';
   mode.setAttribute('role', 'status');
-  overlay.append(state, mode);
+  bar.append(state, mode);
+  const frame = document.createElement('div');
+  frame.className = 'frame';
+  const screen = document.createElement('div');
+  screen.className = 'screen';
   const gone = document.createElement('div');
   gone.className = 'gone';
-  root.append(screen, overlay, gone);
+  frame.append(screen, gone);
+  root.append(bar, frame);
   return root;
 }
