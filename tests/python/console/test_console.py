@@ -163,11 +163,11 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
 
     # A new run: the slower copy of the demo, in this sandbox.
     page.get_by_role("link", name="New run").click()
-    page.get_by_label("Model").select_option("script:console-demo.json")
-    page.get_by_label("Sandbox").select_option(sandbox_id)
+    page.get_by_label("Model", exact=True).select_option("script:console-demo.json")
+    page.get_by_label("Sandbox", exact=True).select_option(sandbox_id)
     visit(page, shots, "new-run")
     page.get_by_role("button", name="Start run").click()
-    expect(page).to_have_url(re.compile(r"/runs/run-"))
+    expect(page).to_have_url(re.compile(r"/runs/run[a-z0-9]+$"))
     run_id = page.url.rstrip("/").rsplit("/", 1)[1]
 
     # The timeline grows; the desktop is live and view-only while the agent drives.
@@ -232,11 +232,20 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     assert html.headers["content-disposition"].startswith("attachment")
     assert html.headers["content-security-policy"] == "sandbox"
     assert html.headers["x-content-type-options"] == "nosniff"
-    svg_page = context.new_page()
-    svg_page.goto(f"{orchestrator.url}/v1/runs/{run_id}/artifacts/outputs/evil.svg")
-    svg_page.wait_for_timeout(500)
-    assert svg_page.evaluate("() => window.pwned") is None, "the agent's SVG ran as script"
-    svg_page.close()
+    svg_url = f"{orchestrator.url}/v1/runs/{run_id}/artifacts/outputs/evil.svg"
+    svg = context.request.get(svg_url)
+    assert svg.headers["content-security-policy"] == "sandbox"
+    assert svg.headers["x-content-type-options"] == "nosniff"
+    if svg.headers.get("content-disposition", "").startswith("attachment"):
+        with page.expect_download():
+            page.evaluate("url => { const a = document.createElement('a'); a.href = url; a.click(); }", svg_url)
+    else:
+        svg_page = context.new_page()
+        svg_page.goto(svg_url)
+        svg_page.wait_for_timeout(500)
+        assert svg_page.evaluate("() => window.pwned") is None, "the agent's SVG ran as script"
+        svg_page.close()
+    assert page.evaluate("() => window.pwned") is None
     keys = orchestrator.api("GET", "/v1/keys").json()["keys"]
     assert len(keys) == 1, "nothing an agent wrote made a key"
 
@@ -249,7 +258,7 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     phone = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
     viewer = phone.new_page()
     viewer.goto(share_url)
-    expect(viewer).to_have_url(re.compile(r"/share/runs/run-[^?]+$"))
+    expect(viewer).to_have_url(re.compile(r"/share/runs/run[a-z0-9]+$"))
     expect(viewer.locator("#status")).to_have_text("completed")
     expect(viewer.locator(".desktop")).to_have_attribute("data-state", "live", timeout=60_000)
     wait_until("frames on the shared view", lambda: canvas_has_frames(viewer), timeout=60)
