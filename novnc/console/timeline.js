@@ -122,7 +122,12 @@ export class Timeline {
     if (typeof event.seq !== 'number' || event.seq <= this.lastSeq) return;
     this.lastSeq = event.seq;
     this.list.dataset.lastSeq = String(event.seq);
+    // Follow the newest event only when the reader is already at the end of the panel, and
+    // scroll the panel alone: the page (and the desktop on it) never moves under the reader.
+    const panel = this.list.closest('.timeline-panel');
+    const following = panel && panel.scrollHeight - panel.scrollTop - panel.clientHeight < 80;
     this.render(event);
+    if (following && panel.scrollHeight > panel.clientHeight) panel.scrollTop = panel.scrollHeight;
     this.onEvent(event);
     if (event.type === 'run.status' && TERMINAL.has(event.status)) {
       this.close();
@@ -137,12 +142,7 @@ export class Timeline {
       row = el('li', { class: note ? 'note' : '' });
       row.dataset.seqs = '';
       if (key) this.rows.set(key, row);
-      // Follow the newest event only when the reader is already at the end of the panel, and
-      // scroll the panel alone: the page (and the desktop on it) never moves under the reader.
-      const panel = this.list.closest('.timeline-panel');
-      const following = panel && panel.scrollHeight - panel.scrollTop - panel.clientHeight < 80;
       this.list.append(row);
-      if (following && panel.scrollHeight > panel.clientHeight) panel.scrollTop = panel.scrollHeight;
     }
     return row;
   }
@@ -151,12 +151,23 @@ export class Timeline {
     row.dataset.seqs = row.dataset.seqs ? `${row.dataset.seqs} ${seq}` : String(seq);
   }
 
-  thumb(name) {
-    if (!name) return el('span', { class: 'thumb', 'aria-hidden': 'true' });
-    const path = name.startsWith('screenshots/') ? name : `screenshots/${name}`;
-    const src = `${this.artifactBase}/${path.split('/').map(encodeURIComponent).join('/')}`;
-    return el('a', { href: src, target: '_blank', rel: 'noopener' },
-      el('img', { class: 'thumb', src, alt: 'Screenshot after this step', loading: 'lazy' }));
+  // The screenshot taken after a step (`screenshot` is its observation id; the file is
+  // screenshots/<id>.png, or .jpg for JPEG observations), or a quiet placeholder.
+  thumb(id, label) {
+    if (!id) return el('span', { class: 'thumb none', 'aria-hidden': 'true' }, label || '');
+    const name = id.replace(/^screenshots\//, '').replace(/\.(png|jpg)$/, '');
+    const url = (extension) => `${this.artifactBase}/screenshots/${encodeURIComponent(name)}.${extension}`;
+    const img = el('img', { class: 'thumb', src: url('png'), alt: 'Screenshot after this step', loading: 'lazy' });
+    const link = el('a', { href: url('png'), target: '_blank', rel: 'noopener' }, img);
+    img.addEventListener('error', () => {
+      if (img.src.endsWith('.png')) {
+        img.src = url('jpg');
+        link.href = url('jpg');
+      } else {
+        link.replaceWith(el('span', { class: 'thumb none', 'aria-hidden': 'true' }));
+      }
+    });
+    return link;
   }
 
   render(event) {
@@ -176,7 +187,8 @@ export class Timeline {
           event.error ? el('p', { class: 'text outcome-error' }, event.error) : null,
           when,
           el('details', {}, el('summary', {}, 'Details'), el('pre', {}, JSON.stringify(event.action, null, 2))));
-        row.append(finished ? this.thumb(event.screenshot || (event.observation_id && `${event.observation_id}.png`)) : el('span', { class: 'thumb', 'aria-hidden': 'true' }), body);
+        const shell = event.action && event.action.command !== undefined;
+        row.append(finished && event.screenshot ? this.thumb(event.screenshot) : this.thumb(null, shell ? 'shell' : ''), body);
         break;
       }
       case 'usage': {
