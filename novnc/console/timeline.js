@@ -66,6 +66,25 @@ export class Timeline {
     this.rows = new Map();
     this.source = null;
     this.ended = false;
+    // Long runs stay calm: the newest events show, earlier ones fold behind one button.
+    this.keep = 12;
+    this.expanded = false;
+    this.more = el('button', { type: 'button', class: 'more', hidden: true });
+    this.more.addEventListener('click', () => {
+      this.expanded = !this.expanded;
+      this.refold();
+    });
+    list.before(this.more);
+  }
+
+  refold() {
+    const rows = [...this.list.children].filter((row) => !row.dataset.quiet);
+    const folded = this.expanded ? 0 : Math.max(0, rows.length - this.keep);
+    rows.forEach((row, i) => row.classList.toggle('folded', i < folded));
+    const earlier = Math.max(0, rows.length - this.keep);
+    this.more.hidden = earlier === 0;
+    this.more.textContent = this.expanded ? 'Fold earlier events' : `Show ${earlier} earlier event${earlier === 1 ? '' : 's'}`;
+    this.more.setAttribute('aria-expanded', String(this.expanded));
   }
 
   say(text, kind = '') {
@@ -127,6 +146,7 @@ export class Timeline {
     const panel = this.list.closest('.timeline-panel');
     const following = panel && panel.scrollHeight - panel.scrollTop - panel.clientHeight < 80;
     this.render(event);
+    this.refold();
     if (following && panel.scrollHeight > panel.clientHeight) panel.scrollTop = panel.scrollHeight;
     this.onEvent(event);
     if (event.type === 'run.status' && TERMINAL.has(event.status)) {
@@ -195,6 +215,7 @@ export class Timeline {
         const row = this.row(`usage:${event.seq}`, true);
         this.mark(row, event.seq);
         row.hidden = true; // token counts: kept for the record, not shown
+        row.dataset.quiet = 'yes';
         break;
       }
       case 'run.status': {
