@@ -80,6 +80,8 @@ export class Desktop {
     rfb.background = '#15181c';
     rfb.addEventListener('connect', () => {
       this.retryDelay = 1000;
+      // How many times the desktop connected: more than one after a lost connection.
+      this.root.dataset.connects = String(Number(this.root.dataset.connects || 0) + 1);
       const canvas = this.screen.querySelector('canvas');
       if (canvas) canvas.setAttribute('aria-label', 'Remote desktop');
       this.setState('live');

@@ -38,7 +38,8 @@ def photograph(page, shots, name):
     for label, viewport in (("1440x900", DESKTOP), ("390x844", PHONE)):
         page.set_viewport_size(viewport)
         page.wait_for_timeout(300)
-        page.screenshot(path=str(shots / f"{name}-{label}.png"), full_page=True)
+        # What a person sees on a laptop; the whole scrolling page on a phone.
+        page.screenshot(path=str(shots / f"{name}-{label}.png"), full_page=viewport is PHONE)
     page.set_viewport_size(size)
 
 
@@ -211,6 +212,9 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     assert sorted(seqs) == list(range(1, run["last_seq"] + 1)), f"every event once: {seqs}"
     assert len(seqs) > seen_before_cut, "events written while cut off arrived after the reconnect"
     assert int(page.locator("#timeline").get_attribute("data-connections")) >= 2, "the stream reconnected"
+    # The desktop lost its connection too, said so, and came back by itself.
+    expect(page.locator(".desktop")).to_have_attribute("data-connects", "2", timeout=30_000)
+    expect(page.locator(".desktop")).to_have_attribute("data-state", "live")
     kinds = [e["type"] for e in orchestrator.api(
         "GET", f"/v1/runs/{run_id}/events?format=json&limit=1000").json()["events"]]
     assert "control.taken" in kinds and "control.returned" in kinds
@@ -294,6 +298,18 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     expect(late.get_by_role("heading", name="This share link has expired")).to_be_visible()
     visit(late, shots, "share-expired")
     stranger.close()
+
+    # The sandbox is removed while the run page is open: the page says the desktop is gone,
+    # and the timeline and files stay readable.
+    assert orchestrator.api("DELETE", f"/v1/sandboxes/{sandbox_id}").status_code in (200, 202, 204)
+    expect(page.locator(".desktop")).to_have_attribute("data-state", "ended", timeout=30_000)
+    expect(page.locator(".desktop .gone")).to_contain_text("desktop is gone")
+    page.reload()
+    expect(page.get_by_text("The sandbox of this run has ended and was removed")).to_be_visible()
+    expect(page.get_by_role("link", name="Download red-triangle.png")).to_be_visible()
+    wait_until("the timeline after the sandbox is gone",
+               lambda: sorted(timeline_seqs(page)) == list(range(1, run["last_seq"] + 1)))
+    visit(page, shots, "run-sandbox-gone")
 
     # The runs list, then sign out: the session ends on the server, so the same cookie, kept
     # and replayed, opens nothing.
