@@ -37,6 +37,7 @@ def photograph(page, shots, name):
     size = page.viewport_size
     for label, viewport in (("1440x900", DESKTOP), ("390x844", PHONE)):
         page.set_viewport_size(viewport)
+        page.evaluate("() => window.scrollTo(0, 0)")
         page.wait_for_timeout(300)
         # What a person sees on a laptop; the whole scrolling page on a phone.
         page.screenshot(path=str(shots / f"{name}-{label}.png"), full_page=viewport is PHONE)
