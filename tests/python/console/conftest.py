@@ -134,6 +134,10 @@ class Orchestrator:
         self.scripts = tempfile.TemporaryDirectory()
         shutil.copy(ROOT / "examples/draw-red-triangle.json", self.scripts.name)
         pathlib.Path(self.scripts.name, "console-demo.json").write_text(json.dumps(console_demo(), indent=1))
+        pathlib.Path(self.scripts.name, "ask.json").write_text(json.dumps([
+            {"action": "REQUEST_HUMAN", "question": "Which colour should the triangle be?"},
+            {"action": "FINAL", "answer": "Asked and was answered."},
+        ]))
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTBOX_PUBLIC_URL")}
         env["AGENTBOX_ADMIN_KEY"] = ADMIN_KEY
         self.process = subprocess.Popen(

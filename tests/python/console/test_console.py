@@ -126,6 +126,48 @@ def test_error_pages_say_what_happened(orchestrator, browser, shots, admin_key):
     context.close()
 
 
+def test_the_agent_asks_and_the_person_answers(orchestrator, browser, shots, admin_key):
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    sign_in(page, orchestrator.url, admin_key)
+    page.get_by_role("link", name="New run").first.click()
+    page.get_by_label("Task", exact=True).fill("Ask me something")
+    page.get_by_label("Model", exact=True).select_option("script:ask.json")
+    page.get_by_label("Steps").fill("5")
+    page.get_by_role("button", name="Start run").click()
+    expect(page).to_have_url(re.compile(r"/runs/run[a-z0-9]+$"), timeout=180_000)
+    expect(page.locator("#status")).to_have_text("waiting for input", timeout=180_000)
+    panel = page.get_by_role("region", name="The agent asks")
+    expect(panel).to_contain_text("Which colour should the triangle be?")
+    visit(page, shots, "run-waiting-for-input")
+    page.get_by_label("Your answer").fill("Red, please")
+    page.get_by_role("button", name="Send answer").click()
+    expect(page.locator("#status")).to_have_text("completed", timeout=60_000)
+    expect(page.locator("#timeline")).to_contain_text("Red, please")
+    expect(panel).to_be_hidden()
+    run_id = page.url.rstrip("/").rsplit("/", 1)[1]
+    run = orchestrator.api("GET", f"/v1/runs/{run_id}").json()
+    assert run["limits"]["max_steps"] == 5, run
+    context.close()
+
+
+def test_bad_input_on_the_new_run_form_names_the_field(orchestrator, browser, admin_key):
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    sign_in(page, orchestrator.url, admin_key)
+    expect(page).to_have_url(re.compile(r"/runs$"))
+    before = orchestrator.api("GET", "/v1/runs").json()["runs"]
+    page.goto(orchestrator.url + "/runs/new")
+    page.get_by_label("Task", exact=True).fill("   ")
+    page.get_by_label("Model", exact=True).select_option("script:draw-red-triangle.json")
+    page.get_by_role("button", name="Start run").click()
+    expect(page.get_by_role("alert")).to_contain_text("task")
+    expect(page.get_by_label("Task", exact=True)).to_have_attribute("aria-invalid", "true")
+    expect(page).to_have_url(re.compile(r"/runs/new$"))
+    assert orchestrator.api("GET", "/v1/runs").json()["runs"] == before, "nothing was created"
+    context.close()
+
+
 def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
     page = context.new_page()
@@ -150,9 +192,10 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     page.get_by_role("link", name="Sandboxes").click()
     expect(page.get_by_role("heading", name="Sandboxes")).to_be_visible()
     page.get_by_role("button", name="Create sandbox").click()
-    expect(page.get_by_role("status").filter(has_text="is ready")).to_be_visible(timeout=180_000)
-    row = page.locator("tr[data-id]").first
-    sandbox_id = row.get_attribute("data-id")
+    ready = page.get_by_role("status").filter(has_text="is ready")
+    expect(ready).to_be_visible(timeout=180_000)
+    sandbox_id = re.search(r"Sandbox (sbx-[a-z0-9]+) is ready", ready.inner_text()).group(1)
+    row = page.locator(f"tr[data-id='{sandbox_id}']")
     expect(row.locator(".pill")).to_have_text("ready")
     visit(page, shots, "sandboxes")
 
@@ -315,7 +358,7 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     # The runs list, then sign out: the session ends on the server, so the same cookie, kept
     # and replayed, opens nothing.
     page.get_by_role("link", name="Runs", exact=True).click()
-    expect(page.locator("tbody tr")).to_have_count(1)
+    expect(page.locator(f"a[href='/runs/{run_id}']")).to_be_visible()
     visit(page, shots, "runs")
     kept = context.cookies()[0]["value"]
     page.get_by_role("button", name="Sign out").click()
