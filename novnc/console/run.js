@@ -43,7 +43,9 @@ function showStatus() {
   // While the agent drives, the desktop is view-only (the server drops input anyway).
   if (desktop) {
     const agentDrives = status === 'running' || status === 'queued' || status === 'waiting_for_input';
-    desktop.setControl(!agentDrives, agentDrives ? 'View only: the agent is driving' : 'You have control');
+    const label = status === 'waiting_for_input' ? 'View only: the agent waits for your answer'
+      : status === 'queued' ? 'View only: the run is starting' : 'View only: the agent is driving';
+    desktop.setControl(!agentDrives, agentDrives ? label : 'You have control');
   }
 }
 
