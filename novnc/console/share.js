@@ -65,6 +65,7 @@ async function main() {
   const answer = await read();
   if (answer.ended) {
     $('content').hidden = true;
+    $('facts').hidden = true;
     ended(answer.ended);
     return;
   }
