@@ -168,6 +168,27 @@ def test_bad_input_on_the_new_run_form_names_the_field(orchestrator, browser, ad
     context.close()
 
 
+def test_signing_out_closes_the_open_desktop(orchestrator, browser, admin_key):
+    """Sign-out ends the session on the server: a desktop open in another tab of the same
+    browser is disconnected at once and says why, and does not come back."""
+    sandbox = orchestrator.api("POST", "/v1/sandboxes", json={"metadata": {"test": "sign-out"}}).json()
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    sign_in(page, orchestrator.url, admin_key)
+    expect(page).to_have_url(re.compile(r"/runs$"))
+    watcher = context.new_page()
+    watcher.goto(f"{orchestrator.url}/sandboxes/{sandbox['id']}")
+    expect(watcher.locator(".desktop")).to_have_attribute("data-state", "live", timeout=60_000)
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(re.compile(r"/sign-in"))
+    expect(watcher.locator(".desktop")).to_have_attribute("data-state", "ended", timeout=10_000)
+    expect(watcher.locator(".desktop .gone")).to_contain_text("Signed out")
+    time.sleep(3)
+    expect(watcher.locator(".desktop")).to_have_attribute("data-connects", "1")
+    context.close()
+    orchestrator.api("DELETE", f"/v1/sandboxes/{sandbox['id']}")
+
+
 def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
     page = context.new_page()
