@@ -41,6 +41,15 @@ def photograph(page, shots, name):
         page.wait_for_timeout(300)
         # What a person sees on a laptop; the whole scrolling page on a phone.
         page.screenshot(path=str(shots / f"{name}-{label}.png"), full_page=viewport is PHONE)
+    # The narrowest phone the issue names: nothing sticks out sideways.
+    page.set_viewport_size({"width": 360, "height": 740})
+    page.wait_for_timeout(300)
+    wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
+        .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1
+                     && getComputedStyle(e).position !== 'absolute')
+        .map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className).slice(0, 5)""")
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 360, f"{name} is {width} px wide at 360 px: {wide}"
     page.set_viewport_size(size)
 
 
@@ -112,7 +121,15 @@ def test_a_wrong_key_is_a_clear_refusal(orchestrator, browser, shots):
 def test_error_pages_say_what_happened(orchestrator, browser, shots, admin_key):
     context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
-    sign_in(page, orchestrator.url, admin_key)
+    # Signed in with the keyboard alone: the skip link, then the key field, then Enter.
+    page.goto(orchestrator.url + "/sign-in")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("API key")).to_be_focused()
+    page.keyboard.type(admin_key)
+    page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/runs$"))
     response = page.goto(orchestrator.url + "/runs/run-deleted-long-ago")
     assert response.status == 404
