@@ -680,3 +680,43 @@ fn console_files_have_no_inline_script_or_style() {
     }
     assert!(checked >= 8, "the console's pages are there");
 }
+
+/// The desktop WebSocket takes the console's cookie only from this origin and only for the
+/// sandboxes of the key that signed in: another tenant's sign-in, or another site's page, is
+/// refused before anything is relayed.
+#[tokio::test]
+async fn the_desktop_socket_opens_only_the_signed_in_keys_sandboxes() {
+    let c = console().await;
+    let admin = c.admin_key_id().await;
+    c.ready_sandbox("sbx-admins", &admin).await;
+    let made = c
+        .send(
+            Call::post("/v1/keys")
+                .bearer(ADMIN_KEY)
+                .json(&json!({"name": "tenant"})),
+        )
+        .await;
+    let tenant = c
+        .sign_in(made.json()["key"].as_str().expect("the tenant's key"))
+        .await;
+    let upgrade = |cookie: &str, origin: &str| {
+        Call::get("/v1/sandboxes/sbx-admins/vnc/websockify")
+            .header("host", HOST)
+            .header("origin", origin)
+            .header("cookie", cookie)
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+    };
+    let other_tenant = c.send(upgrade(&tenant, ORIGIN)).await;
+    assert_eq!(other_tenant.status, StatusCode::NOT_FOUND);
+    let admin_cookie = c.sign_in(ADMIN_KEY).await;
+    let other_site = c.send(upgrade(&admin_cookie, "http://evil.example")).await;
+    assert_eq!(other_site.status, StatusCode::FORBIDDEN);
+    let signed_out = "agentbox_console=acs_not-a-session";
+    assert_eq!(
+        c.send(upgrade(signed_out, ORIGIN)).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
