@@ -309,6 +309,7 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     expect(page.get_by_role("img", name="Preview of red-triangle.png")).to_be_visible()
     with page.expect_download() as download:
         png_link.click()
+    download.value.save_as(str(shots / "red-triangle-downloaded.png"))
     check_red_triangle(download.value.path())
     visit(page, shots, "run-completed")
 
