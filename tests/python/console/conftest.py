@@ -43,6 +43,10 @@ def console_demo():
     prefix += [{"action": "SHELL", "comment": "Still busy after the hand-back.", "command": "sleep 1",
                 "timeout_s": 10} for _ in range(6)]
     steps = demo["steps"] if isinstance(demo, dict) else demo
+    # Two live viewers keep the X server busier than the demo alone: strokes are paced at 5 ms a
+    # point at least, so mtPaint joins every point (at 2 ms one stroke in two runs had a gap).
+    steps = [{**step, "step_ms": max(step.get("step_ms", 0), 5)} if step.get("action") == "DRAG_PATH" else step
+             for step in steps]
     return {**demo, "name": "console-demo", "steps": prefix + steps}
 
 
