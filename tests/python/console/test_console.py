@@ -168,6 +168,26 @@ def test_the_agent_asks_and_the_person_answers(orchestrator, browser, shots, adm
     context.close()
 
 
+def test_cancel_from_the_run_page(orchestrator, browser, admin_key):
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    sign_in(page, orchestrator.url, admin_key)
+    expect(page).to_have_url(re.compile(r"/runs$"))
+    page.goto(orchestrator.url + "/runs/new")
+    page.get_by_label("Task", exact=True).fill("Cancel me")
+    page.get_by_label("Model", exact=True).select_option("script:console-demo.json")
+    page.get_by_role("button", name="Start run").click()
+    expect(page.locator("#status")).to_have_text("running", timeout=180_000)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("#status")).to_have_text("canceled", timeout=30_000)
+    expect(page.get_by_role("button", name="Cancel run")).to_be_hidden()
+    expect(page.get_by_role("button", name="Take over")).to_be_hidden()
+    expect(page.locator("#notice")).to_contain_text("The run was canceled")
+    expect(page.locator("#timeline")).to_contain_text("Canceled")
+    context.close()
+
+
 def test_bad_input_on_the_new_run_form_names_the_field(orchestrator, browser, admin_key):
     context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
