@@ -122,6 +122,8 @@ prepare() {
   fi
   ensure_command docker-compose docker-compose || return 1
   ensure_command python3 python3 || return 1
+  # The web console's end-to-end tests drive Debian's Chromium through Playwright.
+  ensure_command chromium chromium || return 1
   python3 -c 'import venv, ensurepip' 2>/dev/null || ensure_command /nonexistent/python3-venv python3-venv || return 1
   python_env || return 1
   if ! cargo nextest --version >/dev/null 2>&1; then

@@ -34,6 +34,9 @@ pub enum KeyError {
 pub struct Caller {
     pub key_id: String,
     pub is_admin: bool,
+    /// The web console sign-in the request came through (its cookie), `None` for a key sent
+    /// as a header. What such a request opens ends at sign-out.
+    pub console_session: Option<String>,
 }
 
 /// The key registry.
@@ -126,6 +129,7 @@ impl ApiKeys {
         Ok(record.filter(|r| r.revoked_at.is_none()).map(|r| Caller {
             key_id: r.id,
             is_admin: r.is_admin,
+            console_session: None,
         }))
     }
 

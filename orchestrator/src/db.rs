@@ -5,12 +5,14 @@
 //! migrations (`orchestrator/migrations/`). Placeholders are `$n`, which both accept; timestamps
 //! are milliseconds since the epoch, flags 0/1, maps JSON text.
 //!
-//! Runs, their event log and artifacts are in [`runs`].
+//! Runs, their event log and artifacts are in [`runs`]; web console sign-ins in [`console`].
 //!
 //! **Invariant:** this module knows SQL and nothing of HTTP or Docker.
 
+mod console;
 mod runs;
 
+pub use console::ConsoleSessionRecord;
 pub use runs::{
     ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunState, StatusChange,
 };

@@ -8,7 +8,8 @@
 //! - [`auth`]: API keys (hashed; admin key bootstrap); [`tokens`]: signed viewer tokens;
 //! - [`keyring`]: the master key and the secrets derived from it (sandbox keys, token signing);
 //!   [`data_dir`]: the data directory's permissions;
-//! - [`sessions`]: open proxied sessions and the authority each rests on;
+//! - [`sessions`]: open proxied sessions and the authority each rests on; [`console`]: web
+//!   console sign-ins (an API key traded for a revocable server-side session);
 //! - [`backend`]: the container platform behind a trait; [`backend::docker`] with bollard;
 //! - [`sandboxes`]: the lifecycle (create, ready, claim, delete), reconciliation, the reaper,
 //!   heartbeats and the warm pool;
@@ -26,6 +27,7 @@ pub mod backend;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod data_dir;
 pub mod db;
 pub mod keyring;

@@ -29,6 +29,8 @@ pub struct Authority {
     pub token_id: Option<String>,
     /// When the token expires (ms since the epoch).
     pub expires_at: Option<i64>,
+    /// The web console sign-in that opened it (signing out ends it).
+    pub console_session: Option<String>,
     /// What kind of session (for logs and metrics): `cdp`, `api`, `vnc`.
     pub kind: &'static str,
 }
@@ -148,6 +150,14 @@ impl Sessions {
         self.end_where(|a| a.sandbox_id == sandbox_id, reason)
     }
 
+    /// A web console sign-in ended (signed out, or found ended by the sweeper).
+    pub fn end_console_session(&self, console_session: &str) -> usize {
+        self.end_where(
+            |a| a.console_session.as_deref() == Some(console_session),
+            "signed out of the console",
+        )
+    }
+
     /// Every token of a sandbox was revoked.
     pub fn end_sandbox_tokens(&self, sandbox_id: &str) -> usize {
         self.end_where(
@@ -185,6 +195,7 @@ mod tests {
             key_id: key.map(str::to_owned),
             token_id: token.map(str::to_owned),
             expires_at: None,
+            console_session: None,
             kind: "cdp",
         }
     }
@@ -202,6 +213,14 @@ mod tests {
         assert_eq!(sessions.end_sandbox("s2", "gone"), 1);
         assert_eq!(other.ended().await, "gone");
         assert_eq!(sessions.end_sandbox("s2", "again"), 0, "ended once");
+        let mut by_console = sessions.open(Authority {
+            console_session: Some("con-1".into()),
+            ..authority("s3", Some("k4"), None)
+        });
+        assert_eq!(sessions.end_console_session("con-2"), 0);
+        assert_eq!(sessions.end_console_session("con-1"), 1);
+        assert_eq!(by_console.ended().await, "signed out of the console");
+        drop(by_console);
         drop((by_key, by_token, other));
         assert_eq!(sessions.count(), 0);
     }

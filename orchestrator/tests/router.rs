@@ -44,6 +44,32 @@ const UNDOCUMENTED: &[(&str, &str)] = &[
         "Chromium's DevTools, proxied",
     ),
     ("/assets/{path}", "the embedded viewer's files"),
+    ("/", "the web console's pages (a browser's)"),
+    ("/sign-in", "the web console's pages (a browser's)"),
+    ("/sandboxes", "the web console's pages (a browser's)"),
+    ("/sandboxes/{id}", "the web console's pages (a browser's)"),
+    ("/runs", "the web console's pages (a browser's)"),
+    ("/runs/new", "the web console's pages (a browser's)"),
+    ("/runs/{id}", "the web console's pages (a browser's)"),
+    (
+        "/console/session",
+        "the web console's sign-in (its cookie is not an API credential for programs)",
+    ),
+    ("/console/models", "the web console's new-run form"),
+    ("/share/runs/{id}", "a share link's page (a browser's)"),
+    ("/share/runs/{id}/run", "a share link's page (a browser's)"),
+    (
+        "/share/runs/{id}/events",
+        "a share link's page (a browser's)",
+    ),
+    (
+        "/share/runs/{id}/websockify",
+        "a share link's page (a browser's)",
+    ),
+    (
+        "/share/runs/{id}/artifacts/{folder}/{file}",
+        "a share link's page (a browser's)",
+    ),
 ];
 
 /// A platform without containers: the router is built and asked, nothing is started.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use orchestrator::auth::ApiKeys;
 use orchestrator::db::{
-    ApiKeyRecord, ArtifactRecord, RunFilter, RunInsert, RunRecord, RunState, SandboxFilter,
-    SandboxRecord, SandboxStatus, StatusChange, Store, TokenRecord, sqlite_url,
+    ApiKeyRecord, ArtifactRecord, ConsoleSessionRecord, RunFilter, RunInsert, RunRecord, RunState,
+    SandboxFilter, SandboxRecord, SandboxStatus, StatusChange, Store, TokenRecord, sqlite_url,
 };
 
 fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
@@ -280,7 +280,49 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         "weak admin keys are refused"
     );
     exercise_runs(&store).await?;
+    exercise_console_sessions(&store).await?;
     store.close().await;
+    Ok(())
+}
+
+/// Console sign-ins: found by their secret's hash, ended once, purged after they end.
+async fn exercise_console_sessions(store: &Store) -> anyhow::Result<()> {
+    let session = ConsoleSessionRecord {
+        id: "con-1".into(),
+        secret_hash: "hash-1".into(),
+        key_id: "key-1".into(),
+        created_at: 1_000,
+        expires_at: 50_000,
+        ended_at: None,
+    };
+    store.insert_console_session(&session).await?;
+    assert!(
+        store
+            .insert_console_session(&ConsoleSessionRecord {
+                id: "con-2".into(),
+                ..session.clone()
+            })
+            .await
+            .is_err(),
+        "a secret's hash opens one session"
+    );
+    assert_eq!(
+        store.console_session_by_hash("hash-1").await?,
+        Some(session.clone())
+    );
+    assert_eq!(store.console_session("con-1").await?, Some(session.clone()));
+    assert!(session.is_live(49_999) && !session.is_live(50_000));
+    assert!(store.end_console_session("con-1", 2_000).await?);
+    assert!(
+        !store.end_console_session("con-1", 3_000).await?,
+        "ended once"
+    );
+    let ended = store.console_session("con-1").await?.context("kept")?;
+    assert_eq!(ended.ended_at, Some(2_000));
+    assert!(!ended.is_live(2_500));
+    assert_eq!(store.purge_console_sessions(1_999).await?, 0);
+    assert_eq!(store.purge_console_sessions(2_001).await?, 1);
+    assert_eq!(store.console_session_by_hash("hash-1").await?, None);
     Ok(())
 }
 

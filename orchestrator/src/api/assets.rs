@@ -1,6 +1,7 @@
 //! The orchestrator's own web files (`novnc/` at the repository root, embedded in the binary):
-//! the viewer page and noVNC's client library, served under `/assets/` and as the viewer page
-//! of `/v1/sandboxes/{id}/vnc/`. Nothing here ever comes from a sandbox.
+//! the viewer page, the web console's pages and scripts, and noVNC's client library, served
+//! under `/assets/`, as the viewer page of `/v1/sandboxes/{id}/vnc/` and as the console's pages
+//! ([`super::console`]). Nothing here ever comes from a sandbox.
 //!
 //! Pages get a strict Content-Security-Policy: scripts, styles and connections to this origin
 //! only, no inline script, no framing.
@@ -41,7 +42,8 @@ fn content_type(path: &str) -> &'static str {
     }
 }
 
-fn hardening(headers: &mut HeaderMap) {
+/// The headers every page and file of the orchestrator's own carries.
+pub fn harden(headers: &mut HeaderMap) {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(PAGE_CSP),
@@ -68,7 +70,7 @@ fn file(path: &str) -> Result<Response, ApiError> {
         file.data.into_owned(),
     )
         .into_response();
-    hardening(response.headers_mut());
+    harden(response.headers_mut());
     response
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -82,6 +84,12 @@ pub fn page(path: &str) -> Result<Response, ApiError> {
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
+}
+
+/// An embedded text file (a page template).
+pub fn text(path: &str) -> Option<String> {
+    let file = Files::get(path)?;
+    String::from_utf8(file.data.into_owned()).ok()
 }
 
 async fn asset(Path(path): Path<String>) -> Result<Response, ApiError> {

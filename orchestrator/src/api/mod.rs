@@ -6,10 +6,14 @@
 //!
 //! Authentication: `Authorization: Bearer <api key>` on everything but `/healthz`; the VNC
 //! routes take a viewer token instead (query parameter `token` or cookie), the CDP routes either.
+//! A web console sign-in ([`console`]) stands in for the key header: its cookie authenticates
+//! the keyed routes (all but the sandbox API proxy) and the desktop WebSocket, and a request
+//! with it that changes state must come from this server's own origin.
 //!
 //! **Invariant:** only this module knows status codes and JSON shapes.
 
 pub mod assets;
+pub mod console;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -33,6 +37,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::auth::{ApiKeys, Caller};
+use crate::console::ConsoleSessions;
 use crate::metrics::Metrics;
 use crate::proxy::http::HttpProxy;
 use crate::runs::Runs;
@@ -48,6 +53,8 @@ pub struct AppState {
     pub sandboxes: Arc<Sandboxes>,
     pub runs: Arc<Runs>,
     pub keys: Arc<ApiKeys>,
+    /// Web console sign-ins.
+    pub console: Arc<ConsoleSessions>,
     pub metrics: Arc<Metrics>,
     pub proxy: HttpProxy,
     /// Base URL clients use (no trailing slash).
@@ -65,10 +72,16 @@ impl AppState {
         public_url: String,
     ) -> Self {
         let runs = crate::runs::Runs::from_settings(&sandboxes);
+        let console = ConsoleSessions::new(
+            sandboxes.store().clone(),
+            keys.clone(),
+            sandboxes.sessions().clone(),
+        );
         Self {
             sandboxes,
             runs,
             keys,
+            console,
             metrics,
             proxy: HttpProxy::new(),
             public_url: Arc::new(public_url),
@@ -133,6 +146,7 @@ pub fn router(state: AppState) -> Router {
         .merge(keyed)
         .merge(proxy::token_routes())
         .merge(assets::routes())
+        .merge(console::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), observe));
     // The fallbacks, the request span (with the sandbox id recorded on it) and, outermost, the
     // unread-body layer: a body a refusal left unread (here or, proxied, in sandboxd) is drained
@@ -164,10 +178,25 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|k| !k.is_empty())
 }
 
-/// Authenticates the API key and puts the [`Caller`] in the request's extensions.
+/// Authenticates the API key (or a console sign-in's cookie) and puts the [`Caller`] in the
+/// request's extensions.
 async fn require_key(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let Some(key) = bearer(request.headers()) else {
-        return ApiError::unauthorized("missing `Authorization: Bearer <api key>`").into_response();
+        return match console::caller(
+            &state,
+            request.method(),
+            request.uri().path(),
+            request.headers(),
+        )
+        .await
+        {
+            Ok(caller) => {
+                tracing::Span::current().record("key_id", caller.key_id.as_str());
+                request.extensions_mut().insert(caller);
+                next.run(request).await
+            }
+            Err(error) => error.into_response(),
+        };
     };
     match state.keys.authenticate(key).await {
         Ok(Some(caller)) => {

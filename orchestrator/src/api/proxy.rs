@@ -179,6 +179,7 @@ async fn api(
             key_id: Some(caller.key_id.clone()),
             token_id: None,
             expires_at: None,
+            console_session: None,
             kind: "api",
         };
         return relay_websocket(
@@ -291,7 +292,7 @@ async fn check_token(
     Ok((claims, record.issuer_key_id))
 }
 
-fn token_authority(
+pub(super) fn token_authority(
     id: &str,
     claims: &Claims,
     issuer: Option<String>,
@@ -302,6 +303,7 @@ fn token_authority(
         key_id: issuer,
         token_id: Some(claims.tid.clone()),
         expires_at: Some(claims.exp),
+        console_session: None,
         kind,
     }
 }
@@ -378,7 +380,31 @@ async fn vnc_session(
     Ok(([(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response())
 }
 
-/// `GET /v1/sandboxes/{id}/vnc/websockify`: the RFB WebSocket.
+/// Relays a viewer's RFB WebSocket to sandboxd's `upstream_path` through `filter`.
+pub(super) async fn relay_vnc(
+    state: &AppState,
+    record: &SandboxRecord,
+    request: Request,
+    upstream_path: &str,
+    authority: Authority,
+    filter: RfbFilter,
+) -> Result<Response, ApiError> {
+    relay_websocket(
+        state,
+        record,
+        request,
+        upstream_path,
+        authority,
+        Some(Box::new(filter)),
+        MAX_VNC_MESSAGE,
+    )
+    .await
+}
+
+/// `GET /v1/sandboxes/{id}/vnc/websockify`: the RFB WebSocket. A viewer token (query or
+/// cookie) decides the scope; without one, a console sign-in of the sandbox's owner gets a
+/// control session, which follows the control gate like a control token's (while a run's
+/// agent drives, its input is dropped) and ends at sign-out.
 async fn vnc_socket(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -387,6 +413,36 @@ async fn vnc_socket(
     agentbox_http::origin::check(request.headers(), &state.allowed_origins)
         .map_err(|e| ApiError::forbidden(e.to_string()))?;
     let query = request.uri().query().map(str::to_owned);
+    if presented_token(request.headers(), query.as_deref()).is_none()
+        && super::console::cookie(request.headers(), super::console::CONSOLE_COOKIE).is_some()
+    {
+        let caller = super::console::caller(
+            &state,
+            request.method(),
+            request.uri().path(),
+            request.headers(),
+        )
+        .await?;
+        let record = state.sandboxes.get_ready(&id, caller.owner()).await?;
+        let authority = Authority {
+            sandbox_id: id.clone(),
+            key_id: Some(caller.key_id),
+            token_id: None,
+            expires_at: None,
+            console_session: caller.console_session,
+            kind: "vnc",
+        };
+        let filter = RfbFilter::control(InputGate::following(state.sandboxes.control_gate(&id)));
+        return relay_vnc(
+            &state,
+            &record,
+            request,
+            "/vnc/websockify",
+            authority,
+            filter,
+        )
+        .await;
+    }
     let (_, _, claims, issuer) =
         vnc_token(&state, &id, request.headers(), query.as_deref()).await?;
     let record = state.sandboxes.get_ready(&id, None).await?;
@@ -431,6 +487,7 @@ async fn cdp_access(
             key_id: Some(caller.key_id),
             token_id: None,
             expires_at: None,
+            console_session: None,
             kind: "cdp",
         };
         return Ok((record, authority));

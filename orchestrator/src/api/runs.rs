@@ -109,7 +109,7 @@ fn artifact_wire(state: &AppState, record: &ArtifactRecord) -> Artifact {
 }
 
 /// A stored event on the wire: its JSON with `seq` and `at` added.
-fn event_wire(event: &EventRecord) -> RunEvent {
+pub(super) fn event_wire(event: &EventRecord) -> RunEvent {
     let mut fields = match serde_json::from_str::<serde_json::Value>(&event.data) {
         Ok(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::new(),
@@ -359,42 +359,83 @@ pub async fn events(
         }
         EventsFormat::Sse => {
             state.runs.get(&id, caller.owner()).await?;
-            let mut follow = state.runs.follow(&id, after);
-            let store = state.runs.store().clone();
-            let key_id = caller.key_id.clone();
-            let stream = async_stream_of(move |tx| async move {
-                let mut check = tokio::time::interval(AUTHORITY_CHECK);
-                check.tick().await;
-                loop {
-                    tokio::select! {
-                        event = follow.recv() => {
-                            let Some(event) = event else { return };
-                            let terminal = crate::runs::ends_run(&event);
-                            let wire = event_wire(&event);
-                            let sse = SseEvent::default()
-                                .id(event.seq.to_string())
-                                .event(event.kind.clone())
-                                .json_data(&wire);
-                            let Ok(sse) = sse else { return };
-                            if tx.send(sse).await.is_err() || terminal {
-                                return;
-                            }
-                        }
-                        _ = check.tick() => {
-                            // The stream ends with the authority it was opened under.
-                            match store.key(&key_id).await {
-                                Ok(Some(key)) if key.revoked_at.is_none() => {}
-                                _ => return,
-                            }
-                        }
-                    }
-                }
-            });
-            Ok(Sse::new(stream)
-                .keep_alive(KeepAlive::new().interval(HEARTBEAT))
-                .into_response())
+            let authority = match caller.console_session {
+                Some(session) => StreamAuthority::Console(session),
+                None => StreamAuthority::Key(caller.key_id),
+            };
+            Ok(event_stream(&state, &id, after, authority))
         }
     }
+}
+
+/// What a live event stream was opened under; the stream ends when it no longer stands.
+pub(super) enum StreamAuthority {
+    /// An API key sent as a header.
+    Key(String),
+    /// A web console sign-in (ends at sign-out, expiry or the key's revocation).
+    Console(String),
+    /// A share link: a viewer token for the run's sandbox.
+    Token { token: String, sandbox_id: String },
+}
+
+impl StreamAuthority {
+    async fn stands(&self, state: &AppState) -> bool {
+        match self {
+            StreamAuthority::Key(key_id) => matches!(
+                state.runs.store().key(key_id).await,
+                Ok(Some(key)) if key.revoked_at.is_none()
+            ),
+            StreamAuthority::Console(session) => {
+                state.console.is_live(session).await.unwrap_or(false)
+            }
+            StreamAuthority::Token { token, sandbox_id } => matches!(
+                state.sandboxes.verify_token(token, sandbox_id).await,
+                Ok(Ok(_))
+            ),
+        }
+    }
+}
+
+/// The run's events after `after` as Server-Sent Events (event id = seq, event name = type),
+/// live until the terminal status, or until `authority` no longer stands.
+pub(super) fn event_stream(
+    state: &AppState,
+    id: &str,
+    after: i64,
+    authority: StreamAuthority,
+) -> Response {
+    let mut follow = state.runs.follow(id, after);
+    let state = state.clone();
+    let stream = async_stream_of(move |tx| async move {
+        let mut check = tokio::time::interval(AUTHORITY_CHECK);
+        check.tick().await;
+        loop {
+            tokio::select! {
+                event = follow.recv() => {
+                    let Some(event) = event else { return };
+                    let terminal = crate::runs::ends_run(&event);
+                    let wire = event_wire(&event);
+                    let sse = SseEvent::default()
+                        .id(event.seq.to_string())
+                        .event(event.kind.clone())
+                        .json_data(&wire);
+                    let Ok(sse) = sse else { return };
+                    if tx.send(sse).await.is_err() || terminal {
+                        return;
+                    }
+                }
+                _ = check.tick() => {
+                    // The stream ends with the authority it was opened under.
+                    if !authority.stands(&state).await {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
+        .into_response()
 }
 
 /// A stream fed by a task: `produce` gets the sending half; the stream ends when it returns,
@@ -441,6 +482,16 @@ pub async fn artifact(
 ) -> Result<Response, ApiError> {
     let name = format!("{folder}/{file}");
     let (record, bytes) = state.runs.artifact(&id, caller.owner(), &name).await?;
+    Ok(artifact_response(&record, bytes, &file))
+}
+
+/// An artifact's bytes as sandbox-originated content: images inline, anything else a download,
+/// never script on this origin.
+pub(super) fn artifact_response(
+    record: &ArtifactRecord,
+    bytes: bytes::Bytes,
+    file: &str,
+) -> Response {
     let mut response = Response::new(Body::from(bytes));
     let headers = response.headers_mut();
     let inline = record.content_type.starts_with("image/");
@@ -455,5 +506,5 @@ pub async fn artifact(
         }
     }
     super::proxy::sandboxed(headers, !inline);
-    Ok(response)
+    response
 }

@@ -369,11 +369,14 @@ impl RfbFilter {
                 (12, true)
             }
             6 => {
-                // ClientCutText: type, 3 pad, u32 length, text (streamed or skipped).
+                // ClientCutText: type, 3 pad, s32 length, text (streamed or skipped). A
+                // negative length is the Extended Clipboard form (noVNC answers a server's
+                // clipboard capabilities with one): its absolute value bytes follow.
                 if rest.len() < 8 {
                     return Ok(None);
                 }
-                let text = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
+                let length = i32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]);
+                let text = length.unsigned_abs() as usize;
                 if text > MAX_CUT_TEXT {
                     return Err(RfbError::TooLarge(text));
                 }
@@ -650,5 +653,29 @@ mod tests {
         let mut huge = vec![6, 0, 0, 0];
         huge.extend(((MAX_CUT_TEXT + 1) as u32).to_be_bytes());
         assert!(matches!(filter.feed(&huge), Err(RfbError::TooLarge(_))));
+        let mut huge = vec![6, 0, 0, 0];
+        huge.extend(i32::MIN.to_be_bytes());
+        assert!(matches!(filter.feed(&huge), Err(RfbError::TooLarge(_))));
+    }
+
+    /// noVNC answers a server's Extended Clipboard capabilities with a ClientCutText whose
+    /// length is negative (-8: flags and one size): its |length| bytes follow. A view session
+    /// drops it whole and goes on; a control session forwards it.
+    #[test]
+    fn extended_clipboard_messages_have_negative_lengths() {
+        let mut caps = vec![6, 0, 0, 0];
+        caps.extend((-8i32).to_be_bytes());
+        caps.extend([0, 0, 0, 1, 0, 0, 0x10, 0]);
+        let mut filter = RfbFilter::view();
+        filter.observe_server(&server_handshake()).unwrap();
+        filter.feed(&client_handshake()).unwrap();
+        let mut bytes = caps.clone();
+        bytes.extend(update_request());
+        assert_eq!(filter.feed(&bytes).unwrap(), update_request());
+
+        let mut filter = RfbFilter::control(InputGate::open());
+        filter.observe_server(&server_handshake()).unwrap();
+        filter.feed(&client_handshake()).unwrap();
+        assert_eq!(filter.feed(&bytes).unwrap(), bytes);
     }
 }

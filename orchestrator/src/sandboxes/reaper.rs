@@ -75,7 +75,18 @@ impl Sandboxes {
         let mut keys: HashMap<String, bool> = HashMap::new();
         let mut tokens: HashMap<String, bool> = HashMap::new();
         let mut sandboxes: HashMap<String, bool> = HashMap::new();
+        let mut consoles: HashMap<String, bool> = HashMap::new();
         for authority in &authorities {
+            if let Some(console) = &authority.console_session
+                && !consoles.contains_key(console)
+            {
+                let live = self
+                    .store
+                    .console_session(console)
+                    .await?
+                    .is_some_and(|c| c.is_live(self.clock.now_ms()));
+                consoles.insert(console.clone(), live);
+            }
             if let Some(key) = &authority.key_id
                 && !keys.contains_key(key)
             {
@@ -113,6 +124,11 @@ impl Sandboxes {
         for (token, live) in tokens {
             if !live {
                 self.sessions.end_token(&token);
+            }
+        }
+        for (console, live) in consoles {
+            if !live {
+                self.sessions.end_console_session(&console);
             }
         }
         for (sandbox, live) in sandboxes {
@@ -205,6 +221,10 @@ impl Sandboxes {
         let _ = self
             .store
             .purge_expired_tokens(self.clock.now_ms() - 3600 * 1000)
+            .await;
+        let _ = self
+            .store
+            .purge_console_sessions(self.clock.now_ms() - 3600 * 1000)
             .await;
         Ok(())
     }
@@ -515,6 +535,51 @@ mod tests {
         h.assert_nothing_leaks().await;
     }
 
+    /// A desktop session opened by a web console sign-in ends at the next sweep once that
+    /// sign-in ended (another instance signed it out, or it expired); the others stay.
+    #[tokio::test]
+    async fn the_sweeper_ends_sessions_of_an_ended_console_sign_in() {
+        let h = Harness::new().await;
+        let sandbox = h.create().await;
+        let now = h.clock.now_ms();
+        for (id, ended_at) in [("con-live", None), ("con-out", Some(now))] {
+            h.store
+                .insert_console_session(&crate::db::ConsoleSessionRecord {
+                    id: id.into(),
+                    secret_hash: format!("hash-{id}"),
+                    key_id: OWNER.into(),
+                    created_at: now,
+                    expires_at: now + 3_600_000,
+                    ended_at,
+                })
+                .await
+                .unwrap();
+        }
+        let open = |console: &str| {
+            h.sandboxes.sessions().open(Authority {
+                sandbox_id: sandbox.id.clone(),
+                key_id: None,
+                token_id: None,
+                expires_at: None,
+                console_session: Some(console.into()),
+                kind: "vnc",
+            })
+        };
+        let mut live = open("con-live");
+        let mut signed_out = open("con-out");
+        h.sandboxes.sweep_sessions_once().await.unwrap();
+        assert_eq!(signed_out.ended().await, "signed out of the console");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), live.ended())
+                .await
+                .is_err(),
+            "the live sign-in's session stays"
+        );
+        h.clock.advance(Duration::from_secs(3601));
+        h.sandboxes.sweep_sessions_once().await.unwrap();
+        assert_eq!(live.ended().await, "signed out of the console");
+    }
+
     #[tokio::test]
     async fn a_failed_heartbeat_marks_a_sandbox_lost_only_once_its_container_is_gone() {
         let h = Harness::new().await;
@@ -524,6 +589,7 @@ mod tests {
             key_id: Some(OWNER.into()),
             token_id: None,
             expires_at: None,
+            console_session: None,
             kind: "api",
         });
 

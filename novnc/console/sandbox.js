@@ -1,0 +1,73 @@
+// One sandbox's live desktop. With no run of an agent in it, the person has control; while a
+// run's agent drives, the desktop is view-only (and the server drops input anyway).
+import { api, shell, el, pill, ago, until } from '/assets/console/api.js';
+import { Desktop, desktopMarkup } from '/assets/console/desktop.js';
+
+const $ = (id) => document.getElementById(id);
+const sandboxId = decodeURIComponent(location.pathname.split('/')[2] || '');
+const path = `/v1/sandboxes/${encodeURIComponent(sandboxId)}`;
+let desktop = null;
+
+async function activeRun() {
+  const { runs } = await api('/v1/runs');
+  return runs.find((r) => r.sandbox_id === sandboxId && !['completed', 'failed', 'canceled'].includes(r.status));
+}
+
+async function update() {
+  let sandbox;
+  try {
+    sandbox = await api(path);
+  } catch (error) {
+    if (error.status === 404) {
+      desktop?.stop('The sandbox has ended and was removed.');
+      $('status').replaceWith(pill('ended', 'removed'));
+      return false;
+    }
+    $('error').textContent = `Could not read the sandbox: ${error.message}`;
+    return true;
+  }
+  $('title').textContent = sandbox.id;
+  const status = $('status');
+  status.textContent = sandbox.status;
+  status.className = `pill ${sandbox.status}`;
+  $('age').textContent = ago(sandbox.created_at);
+  $('expires').textContent = until(sandbox.expires_at);
+  $('image').textContent = sandbox.image || '';
+  const run = await activeRun().catch(() => null);
+  $('notice').replaceChildren();
+  if (run) {
+    $('notice').append(`A run's agent is driving this desktop, so it is view-only here. `,
+      el('a', { href: `/runs/${encodeURIComponent(run.id)}` }, 'Open the run'), ' to take over.');
+  }
+  if (desktop) desktop.setControl(!run, run ? 'View only: an agent is driving' : 'You have control');
+  return sandbox;
+}
+
+async function main() {
+  shell();
+  const sandbox = await update();
+  if (!sandbox || sandbox === true) return;
+  if (sandbox.status !== 'ready' && sandbox.status !== 'degraded') {
+    $('desktop-section').replaceChildren(el('p', { class: 'notice warn' }, `The sandbox is ${sandbox.status}: no live desktop.`));
+    return;
+  }
+  const root = desktopMarkup();
+  $('desktop-section').replaceChildren(root);
+  desktop = new Desktop(root, `${path}/vnc/websockify`, {
+    why: async () => {
+      try {
+        const now = await api(path, { quiet401: true });
+        return now.status === 'ready' || now.status === 'degraded' ? null : `The sandbox is ${now.status}: the desktop is gone.`;
+      } catch (error) {
+        if (error.status === 404) return 'The sandbox has ended and was removed: the desktop is gone.';
+        if (error.status === 401) return 'Signed out: sign in again to watch.';
+        return null;
+      }
+    },
+  });
+  await update();
+  desktop.start();
+  setInterval(update, 10000);
+}
+
+main();
