@@ -112,8 +112,9 @@ async fn a_client_that_goes_away_mid_delete_still_gets_the_sandbox_deleted() {
     h.sandboxes.reap_once().await.unwrap();
     held.release();
 
-    eventually("the sandbox to be deleted", async || {
-        h.row(&sandbox.id).await.is_none()
+    // The removal task deletes the row, then counts the ending: wait for both.
+    eventually("the sandbox to be deleted and counted", async || {
+        h.row(&sandbox.id).await.is_none() && h.ended(EndReason::Deleted) == 1
     })
     .await;
     assert!(h.platform.containers().is_empty());
