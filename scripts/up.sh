@@ -59,11 +59,13 @@ cat <<MSG
 
 Agentbox is running.
 
+  Web console:       $url/   (sign in with the admin key in $data/admin-key)
   Orchestrator API:  $url   (admin key in $data/admin-key)
   Sandbox:           $id
   Live desktop:      $viewer
                      (control token, 1 hour; 'orchestrator token $id' gives a view-only link)
   Demo run:          $run   (drawing a red triangle in that sandbox now: watch it live)
+                     $url/runs/$run   (in the console: timeline, take over, the PNG)
   Its events:        $orchestrator run events $run --follow
   The PNG, when done: curl -H "Authorization: Bearer \$AGENTBOX_API_KEY" -o red-triangle.png \\
                        $url/v1/runs/$run/artifacts/outputs/red-triangle.png
