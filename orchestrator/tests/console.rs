@@ -2,60 +2,20 @@
 //! real router and real SQLite (a backend without containers: nothing here needs Docker; the
 //! browser end to end is `tests/python/console/`).
 
+mod in_process;
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use agentbox_tests::router::{Answer, Call, send};
 use axum::http::StatusCode;
-use clap::Parser;
-use orchestrator::api::{AppState, router};
-use orchestrator::auth::ApiKeys;
-use orchestrator::backend::{Backend, BackendError, ContainerInfo, ContainerSpec, Started};
-use orchestrator::config::ServeArgs;
 use orchestrator::db::{
-    ConsoleSessionRecord, RunRecord, RunState, SandboxRecord, SandboxStatus, Store, sqlite_url,
+    ConsoleSessionRecord, RunRecord, RunState, SandboxRecord, SandboxStatus, Store,
 };
-use orchestrator::keyring::Keyring;
-use orchestrator::metrics::Metrics;
-use orchestrator::sandboxes::Sandboxes;
 use serde_json::{Value, json};
 
 const ADMIN_KEY: &str = "console-test-admin-key-0123456789";
 const HOST: &str = "127.0.0.1:8090";
 const ORIGIN: &str = "http://127.0.0.1:8090";
-
-/// A platform without containers.
-struct NoContainers;
-
-#[async_trait::async_trait]
-impl Backend for NoContainers {
-    async fn prepare(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    async fn start(&self, _: &ContainerSpec) -> Result<Started, BackendError> {
-        Err(BackendError::Unavailable(
-            "no containers in this test".into(),
-        ))
-    }
-    async fn remove(&self, _: &str) -> Result<(), BackendError> {
-        Ok(())
-    }
-    async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError> {
-        Ok(Vec::new())
-    }
-    async fn inspect(&self, _: &str) -> Result<Option<ContainerInfo>, BackendError> {
-        Ok(None)
-    }
-    async fn logs_tail(&self, _: &str, _: usize) -> Result<String, BackendError> {
-        Ok(String::new())
-    }
-}
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    serve: ServeArgs,
-}
 
 struct Console {
     app: axum::Router,
@@ -64,35 +24,11 @@ struct Console {
 }
 
 async fn console() -> Console {
-    let data = tempfile::tempdir().expect("a temporary directory");
-    let settings = Cli::try_parse_from([
-        "orchestrator",
-        "--data-dir",
-        &data.path().display().to_string(),
-    ])
-    .expect("default serve flags")
-    .serve
-    .settings()
-    .expect("default settings");
-    let store = Store::connect(&sqlite_url(data.path()))
-        .await
-        .expect("SQLite store");
-    let keys = Arc::new(ApiKeys::new(store.clone()));
-    keys.bootstrap(Some(ADMIN_KEY)).await.expect("admin key");
-    let metrics = Arc::new(Metrics::new());
-    let sandboxes = Sandboxes::new(
-        store.clone(),
-        Arc::new(NoContainers),
-        Arc::new(settings),
-        metrics.clone(),
-        Keyring::from_bytes([9; 32]),
-        "console-test".into(),
-    );
-    let app = router(AppState::new(sandboxes, keys, metrics, ORIGIN.into()));
+    let fixture = in_process::start(ADMIN_KEY, ORIGIN, "console-test").await;
     Console {
-        app,
-        store,
-        _data: data,
+        app: fixture.app,
+        store: fixture.store,
+        _data: fixture.data,
     }
 }
 
@@ -233,36 +169,9 @@ async fn sign_in_sets_a_strict_http_only_cookie_that_is_not_the_key() {
 /// Behind TLS the cookie is also Secure.
 #[tokio::test]
 async fn behind_tls_the_cookie_is_secure() {
-    let data = tempfile::tempdir().expect("a temporary directory");
-    let settings = Cli::try_parse_from([
-        "orchestrator",
-        "--data-dir",
-        &data.path().display().to_string(),
-    ])
-    .expect("flags")
-    .serve
-    .settings()
-    .expect("settings");
-    let store = Store::connect(&sqlite_url(data.path()))
-        .await
-        .expect("store");
-    let keys = Arc::new(ApiKeys::new(store.clone()));
-    keys.bootstrap(Some(ADMIN_KEY)).await.expect("admin key");
-    let metrics = Arc::new(Metrics::new());
-    let sandboxes = Sandboxes::new(
-        store,
-        Arc::new(NoContainers),
-        Arc::new(settings),
-        metrics.clone(),
-        Keyring::from_bytes([9; 32]),
-        "console-test".into(),
-    );
-    let app = router(AppState::new(
-        sandboxes,
-        keys,
-        metrics,
-        "https://agentbox.example".into(),
-    ));
+    // Kept whole: its data directory holds the database.
+    let fixture = in_process::start(ADMIN_KEY, "https://agentbox.example", "console-test").await;
+    let app = fixture.app.clone();
     let answer = send(
         &app,
         Call::post("/console/session")

@@ -2,20 +2,12 @@
 //! temporary directory): the OpenAPI document against the routes (`oneshot`, no socket), and
 //! the command line's client commands against the router served on a loopback port.
 
+mod in_process;
+
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use agentbox_tests::router::{Call, send, served_methods, served_paths};
 use axum::http::StatusCode;
-use clap::Parser;
-use orchestrator::api::{AppState, router};
-use orchestrator::auth::ApiKeys;
-use orchestrator::backend::{Backend, BackendError, ContainerInfo, ContainerSpec, Started};
-use orchestrator::config::ServeArgs;
-use orchestrator::db::{Store, sqlite_url};
-use orchestrator::keyring::Keyring;
-use orchestrator::metrics::Metrics;
-use orchestrator::sandboxes::Sandboxes;
 
 const ADMIN_KEY: &str = "router-test-admin-key-0123456789";
 
@@ -72,73 +64,16 @@ const UNDOCUMENTED: &[(&str, &str)] = &[
     ),
 ];
 
-/// A platform without containers: the router is built and asked, nothing is started.
-struct NoContainers;
-
-#[async_trait::async_trait]
-impl Backend for NoContainers {
-    async fn prepare(&self) -> Result<(), BackendError> {
-        Ok(())
-    }
-    async fn start(&self, _: &ContainerSpec) -> Result<Started, BackendError> {
-        Err(BackendError::Unavailable(
-            "no containers in this test".into(),
-        ))
-    }
-    async fn remove(&self, _: &str) -> Result<(), BackendError> {
-        Ok(())
-    }
-    async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError> {
-        Ok(Vec::new())
-    }
-    async fn inspect(&self, _: &str) -> Result<Option<ContainerInfo>, BackendError> {
-        Ok(None)
-    }
-    async fn logs_tail(&self, _: &str, _: usize) -> Result<String, BackendError> {
-        Ok(String::new())
-    }
-}
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    serve: ServeArgs,
-}
-
-async fn app(data: &std::path::Path) -> axum::Router {
-    let settings = Cli::try_parse_from(["orchestrator", "--data-dir", &data.display().to_string()])
-        .expect("default serve flags")
-        .serve
-        .settings()
-        .expect("default settings");
-    let store = Store::connect(&sqlite_url(data))
-        .await
-        .expect("SQLite store");
-    let keys = Arc::new(ApiKeys::new(store.clone()));
-    keys.bootstrap(Some(ADMIN_KEY)).await.expect("admin key");
-    let metrics = Arc::new(Metrics::new());
-    let sandboxes = Sandboxes::new(
-        store,
-        Arc::new(NoContainers),
-        Arc::new(settings),
-        metrics.clone(),
-        Keyring::from_bytes([7; 32]),
-        "router-test".into(),
-    );
-    router(AppState::new(
-        sandboxes,
-        keys,
-        metrics,
-        "http://127.0.0.1:8090".into(),
-    ))
+async fn app() -> in_process::InProcess {
+    in_process::start(ADMIN_KEY, "http://127.0.0.1:8090", "router-test").await
 }
 
 /// The document describes exactly the routes the router serves, with their methods; what it
 /// leaves out is listed in `UNDOCUMENTED` with the reason.
 #[tokio::test]
 async fn the_openapi_document_describes_every_route() {
-    let data = tempfile::tempdir().expect("a temporary directory");
-    let app = app(data.path()).await;
+    let fixture = app().await;
+    let app = fixture.app.clone();
     let answer = send(&app, Call::get("/v1/openapi.json").bearer(ADMIN_KEY)).await;
     assert_eq!(answer.status, StatusCode::OK);
     let doc = answer.json();
@@ -205,8 +140,8 @@ async fn command_line(url: &str, args: &[&str]) -> (bool, String, String) {
 /// status and message.
 #[tokio::test]
 async fn the_command_line_prints_the_apis_answers() {
-    let data = tempfile::tempdir().expect("a temporary directory");
-    let app = app(data.path()).await;
+    let fixture = app().await;
+    let app = fixture.app.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a loopback port");
