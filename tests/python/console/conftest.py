@@ -8,14 +8,18 @@ import json
 import os
 import pathlib
 import secrets
+import sys
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 
 import pytest
 import requests
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from orchestrator_process import OrchestratorProcess  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ADMIN_KEY = "console-admin-key-" + secrets.token_hex(16)
@@ -52,10 +56,6 @@ def console_demo():
 
 def _shell_quote(text):
     return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
-def _docker(*args):
-    return subprocess.run(["docker", *args], capture_output=True, text=True)
 
 
 class Relay:
@@ -124,17 +124,8 @@ class Relay:
         self.cut()
 
 
-class Orchestrator:
+class Orchestrator(OrchestratorProcess):
     def __init__(self):
-        binary = os.environ.get("ORCHESTRATOR_BIN", str(ROOT / "target/release/orchestrator"))
-        if not os.path.exists(binary):
-            raise RuntimeError(f"{binary} is missing: cargo build --release -p orchestrator")
-        self.image = os.environ.get("AGENTBOX_SANDBOX_IMAGE", "agentbox/sandbox:latest")
-        if _docker("image", "inspect", self.image).returncode != 0:
-            raise RuntimeError(f"the sandbox image {self.image} is missing: run images/build.sh")
-        self.instance = "pyconsole-" + secrets.token_hex(6)
-        self.network = "agentbox-" + self.instance
-        self.data = tempfile.TemporaryDirectory()
         self.scripts = tempfile.TemporaryDirectory()
         shutil.copy(ROOT / "examples/draw-red-triangle.json", self.scripts.name)
         pathlib.Path(self.scripts.name, "console-demo.json").write_text(json.dumps(console_demo(), indent=1))
@@ -142,28 +133,9 @@ class Orchestrator:
             {"action": "REQUEST_HUMAN", "question": "Which colour should the triangle be?"},
             {"action": "FINAL", "answer": "Asked and was answered."},
         ]))
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTBOX_PUBLIC_URL")}
-        env["AGENTBOX_ADMIN_KEY"] = ADMIN_KEY
-        self.process = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", self.data.name,
-             "--instance", self.instance, "--network", self.network, "--image", self.image,
-             "--scripts-dir", self.scripts.name,
-             "--pool-size", "0", "--heartbeat-secs", "5", "--log-format", "json"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        self.logs = []
-        ready = threading.Event()
-        self.direct = None
-
-        def read():
-            for line in self.process.stderr:
-                self.logs.append(line)
-                if '"listening"' in line and self.direct is None:
-                    self.direct = "http://" + json.loads(line)["addr"]
-                    ready.set()
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(120):
-            self.close()
-            raise RuntimeError("the orchestrator did not start:\n" + "".join(self.logs))
+        super().__init__(ADMIN_KEY, "pyconsole-", ["--scripts-dir", self.scripts.name])
+        # The orchestrator itself, for the tests' own API calls.
+        self.direct = self.url
         self.relay = Relay(int(self.direct.rsplit(":", 1)[1]))
         # What the browser uses: through the relay.
         self.url = f"http://127.0.0.1:{self.relay.port}"
@@ -185,13 +157,7 @@ class Orchestrator:
     def close(self):
         if hasattr(self, "relay"):
             self.relay.close()
-        self.process.kill()
-        self.process.wait()
-        ids = _docker("ps", "-aq", "--filter", f"label=agentbox.instance={self.instance}").stdout.split()
-        if ids:
-            _docker("rm", "-f", "-v", *ids)
-        _docker("network", "rm", self.network)
-        self.data.cleanup()
+        super().close()
         self.scripts.cleanup()
 
 

@@ -3,55 +3,24 @@ ORCHESTRATOR_BIN, default target/release/orchestrator) with the real sandbox ima
 (AGENTBOX_SANDBOX_IMAGE), its own instance label, network and data directory, all removed at
 the end."""
 
-import json
-import os
 import pathlib
 import secrets
-import subprocess
-import tempfile
-import threading
+import sys
 
 import pytest
 import requests
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from orchestrator_process import OrchestratorProcess  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 ADMIN_KEY = "py-admin-key-" + secrets.token_hex(16)
 
 
-def _docker(*args):
-    return subprocess.run(["docker", *args], capture_output=True, text=True)
-
-
-class Orchestrator:
+class Orchestrator(OrchestratorProcess):
     def __init__(self):
-        binary = os.environ.get("ORCHESTRATOR_BIN", str(ROOT / "target/release/orchestrator"))
-        if not os.path.exists(binary):
-            raise RuntimeError(f"{binary} is missing: cargo build --release -p orchestrator")
-        self.image = os.environ.get("AGENTBOX_SANDBOX_IMAGE", "agentbox/sandbox:latest")
-        self.instance = "pytest-" + secrets.token_hex(6)
-        self.network = "agentbox-" + self.instance
-        self.data = tempfile.TemporaryDirectory()
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTBOX_PUBLIC_URL")}
-        env["AGENTBOX_ADMIN_KEY"] = ADMIN_KEY
-        self.process = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", self.data.name,
-             "--instance", self.instance, "--network", self.network, "--image", self.image,
-             "--pool-size", "0", "--heartbeat-secs", "5", "--log-format", "json"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        self.logs = []
-        ready = threading.Event()
-        self.url = None
-
-        def read():
-            for line in self.process.stderr:
-                self.logs.append(line)
-                if '"listening"' in line and self.url is None:
-                    self.url = "http://" + json.loads(line)["addr"]
-                    ready.set()
-        threading.Thread(target=read, daemon=True).start()
-        if not ready.wait(120):
-            self.close()
-            raise RuntimeError("the orchestrator did not start:\n" + "".join(self.logs))
+        super().__init__(ADMIN_KEY, "pytest-")
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
 
@@ -62,15 +31,6 @@ class Orchestrator:
 
     def delete(self, sandbox_id):
         return self.session.delete(f"{self.url}/v1/sandboxes/{sandbox_id}", timeout=60).status_code
-
-    def close(self):
-        self.process.kill()
-        self.process.wait()
-        ids = _docker("ps", "-aq", "--filter", f"label=agentbox.instance={self.instance}").stdout.split()
-        if ids:
-            _docker("rm", "-f", "-v", *ids)
-        _docker("network", "rm", self.network)
-        self.data.cleanup()
 
 
 @pytest.fixture(scope="session")
