@@ -4,6 +4,7 @@
 //! - [`request_id`]: request ids, the request span and its completion log line.
 //! - [`logging`]: the `tracing` subscriber and [`logging::LogFormat`].
 //! - [`body`]: JSON bodies and query strings into typed values, errors naming the field.
+//! - [`cookie`]: a cookie's value from the request's `Cookie` headers.
 //! - [`fallback`]: the 404 and 405 answers for requests no route takes.
 //! - [`openapi`]: finishing a generated OpenAPI document (security requirements).
 //! - [`ws`]: WebSocket upgrades (limits, subprotocols) and the relay that joins a client's
@@ -20,6 +21,7 @@
 //! routes of either server.
 
 pub mod body;
+pub mod cookie;
 pub mod fallback;
 pub mod logging;
 pub mod openapi;

@@ -75,14 +75,7 @@ impl From<ConsoleError> for ApiError {
 
 /// The value of cookie `name`, if the request carries it.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, value)| value)
+    agentbox_http::cookie::value(headers, name)
 }
 
 /// A browser request that changes state must come from this server's own pages: `Origin`

@@ -259,14 +259,8 @@ fn presented_token(request_headers: &HeaderMap, query: Option<&str>) -> Option<(
     {
         return Some((token, true));
     }
-    request_headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(name, _)| *name == VNC_COOKIE)
-        .map(|(_, value)| (value.to_string(), false))
+    agentbox_http::cookie::value(request_headers, VNC_COOKIE)
+        .map(|value| (value.to_string(), false))
 }
 
 fn access_error(error: AccessError) -> ApiError {

@@ -158,14 +158,7 @@ fn without_query_value(uri: &Uri, name: &str) -> String {
 }
 
 fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.to_string())
+    agentbox_http::cookie::value(headers, name).map(str::to_string)
 }
 
 #[cfg(test)]
