@@ -1036,8 +1036,16 @@ impl Runner {
         let policy = self.config.settle;
         tokio::select! {
             result = self.computer.wait_settled(policy.quiet, policy.timeout) => {
-                if let Err(error) = result {
-                    tracing::warn!(%error, "waiting for the screen to settle failed");
+                match result {
+                    Ok(report) => tracing::debug!(
+                        settled = report.settled,
+                        waited_ms = report.waited_ms,
+                        frames = report.frames,
+                        last_change_ms = report.last_change_ms,
+                        quiet_ms = report.quiet_ms,
+                        "waited for the screen to settle"
+                    ),
+                    Err(error) => tracing::warn!(%error, "waiting for the screen to settle failed"),
                 }
                 Ok(Waited::Done(()))
             }

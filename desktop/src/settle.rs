@@ -1,6 +1,14 @@
 //! Waiting for the screen to settle: capture repeatedly and compare frame fingerprints until the
 //! screen has not changed for a quiet period, or a timeout passes. Used after an action instead
 //! of a fixed sleep.
+//!
+//! Given the fingerprint of the screen as it was just before the action, the wait knows whether
+//! the action's effect is already on screen when it starts (the first frame differs). Then half
+//! the quiet period is enough: what is left to rule out is an animation or a follow-up repaint,
+//! and those change the screen far more often than every `quiet / 2` (50 ms by default: 20 frames a
+//! second). When nothing has changed yet, the application may still be working (a save that
+//! updates the title bar when the file is written, 50 ms later), so the whole quiet period
+//! applies, counted from the last change.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +28,12 @@ pub struct SettleReport {
     pub waited: Duration,
     /// How many frames were captured.
     pub frames: u32,
+    /// When the last change was seen, from the start of the wait (None: the screen never
+    /// changed while waiting).
+    pub last_change: Option<Duration>,
+    /// The quiet period applied: `quiet`, or half of it when the screen already differed from
+    /// the frame before the action as the wait began.
+    pub quiet: Duration,
 }
 
 impl Desktop {
@@ -32,11 +46,29 @@ impl Desktop {
         quiet: Duration,
         timeout: Duration,
     ) -> Result<SettleReport, DesktopError> {
-        let poll = (quiet / 5).clamp(MIN_POLL, MAX_POLL);
+        self.wait_until_settled_after(None, quiet, timeout)
+    }
+
+    /// [`Desktop::wait_until_settled`] after an action, given `before`: the
+    /// [`Frame::fingerprint`](crate::Frame::fingerprint) of the screen just before the action.
+    /// If the first frame already differs from it, the action's effect is on screen and half of
+    /// `quiet` suffices (see the module documentation).
+    pub fn wait_until_settled_after(
+        &self,
+        before: Option<u64>,
+        quiet: Duration,
+        timeout: Duration,
+    ) -> Result<SettleReport, DesktopError> {
         let start = Instant::now();
         let mut last = self.capture()?.fingerprint();
+        let quiet = match before {
+            Some(before) if before != last => quiet / 2,
+            _ => quiet,
+        };
+        let poll = (quiet / 5).clamp(MIN_POLL, MAX_POLL);
         let mut frames = 1;
         let mut last_change = start;
+        let mut changed = false;
         loop {
             let now = Instant::now();
             let quiet_at = last_change + quiet;
@@ -48,6 +80,8 @@ impl Desktop {
                     settled,
                     waited: now - start,
                     frames,
+                    last_change: changed.then(|| last_change - start),
+                    quiet,
                 });
             }
             let until = quiet_at.min(timeout_at);
@@ -58,6 +92,7 @@ impl Desktop {
             if fingerprint != last {
                 last = fingerprint;
                 last_change = captured_at;
+                changed = true;
             }
         }
     }

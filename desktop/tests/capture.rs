@@ -130,6 +130,35 @@ fn a_static_screen_settles_quickly() -> Result<()> {
 }
 
 #[test]
+fn an_effect_already_on_screen_halves_the_quiet_period_and_none_keeps_it() -> Result<()> {
+    let xvfb = Xvfb::start()?;
+    let desktop = Desktop::connect(&xvfb.display)?;
+    let quiet = Duration::from_millis(400);
+    let timeout = Duration::from_secs(10);
+    // Nothing changed since "before": the whole quiet period, as without a reference.
+    let before = desktop.capture()?.fingerprint();
+    let report = desktop.wait_until_settled_after(Some(before), quiet, timeout)?;
+    assert!(report.settled, "{report:?}");
+    assert_eq!(report.quiet, quiet, "{report:?}");
+    assert!(report.waited >= quiet, "{report:?}");
+    assert_eq!(report.last_change, None, "{report:?}");
+    // The "action" painted a window before the wait began: half the quiet period.
+    let before = desktop.capture()?.fingerprint();
+    let client = xvfb.client()?;
+    common::window(&client, RECT, ORANGE, EventMask::NO_EVENT)?;
+    x11rb::wrapper::ConnectionExt::sync(&client)?;
+    let report = desktop.wait_until_settled_after(Some(before), quiet, timeout)?;
+    assert!(report.settled, "{report:?}");
+    assert_eq!(report.quiet, quiet / 2, "{report:?}");
+    assert!(report.waited >= quiet / 2, "{report:?}");
+    // No reference (a WAIT_SETTLED on its own): the whole quiet period.
+    let report = desktop.wait_until_settled_after(None, quiet, timeout)?;
+    assert_eq!(report.quiet, quiet, "{report:?}");
+    assert!(report.waited >= quiet, "{report:?}");
+    Ok(())
+}
+
+#[test]
 fn a_repainting_screen_does_not_settle_before_the_timeout() -> Result<()> {
     let xvfb = Xvfb::start()?;
     let client = xvfb.client()?;

@@ -73,6 +73,8 @@ pub struct DesktopSession {
     connection: Mutex<Option<Arc<Desktop>>>,
     shots: Mutex<VecDeque<ShotTransform>>,
     next_shot: AtomicU64,
+    /// The screen's fingerprint just before the last action, until a WAIT_SETTLED uses it.
+    screen_before_action: Mutex<Option<u64>>,
 }
 
 impl DesktopSession {
@@ -82,7 +84,23 @@ impl DesktopSession {
             connection: Mutex::new(None),
             shots: Mutex::new(VecDeque::with_capacity(REMEMBERED_SHOTS)),
             next_shot: AtomicU64::new(1),
+            screen_before_action: Mutex::new(None),
         }
+    }
+
+    fn set_screen_before_action(&self, fingerprint: u64) {
+        *self
+            .screen_before_action
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(fingerprint);
+    }
+
+    /// The fingerprint [`Self::set_screen_before_action`] left, once.
+    fn take_screen_before_action(&self) -> Option<u64> {
+        self.screen_before_action
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// Runs `operation` on the display, connecting first if needed. If the connection turns out

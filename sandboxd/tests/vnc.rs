@@ -538,6 +538,9 @@ async fn desktop_actions_go_through_the_session_to_the_display() -> Result<()> {
     .await?;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["data"]["settle"]["settled"], true, "{answer}");
+    // The drag moved only the pointer, which captures leave out: the action had no effect on
+    // screen, so the whole quiet period applied.
+    assert_eq!(answer["data"]["settle"]["quiet_ms"], 50, "{answer}");
 
     for (action, field) in [
         (

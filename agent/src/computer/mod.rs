@@ -83,6 +83,13 @@ pub struct SettleReport {
     pub settled: bool,
     pub waited_ms: u64,
     pub frames: u32,
+    /// When the last change was seen, from the start of the wait (None: no change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change_ms: Option<u64>,
+    /// The quiet period sandboxd applied (half the asked one when the action's effect was
+    /// already on screen).
+    #[serde(default)]
+    pub quiet_ms: u64,
 }
 
 /// How a shell command went.

@@ -428,6 +428,8 @@ fn settle_report(settle: wire::SettleInfo) -> SettleReport {
         settled: settle.settled,
         waited_ms: settle.waited_ms,
         frames: settle.frames,
+        last_change_ms: settle.last_change_ms,
+        quiet_ms: settle.quiet_ms,
     }
 }
 

@@ -234,6 +234,8 @@ impl Computer for RecordingComputer {
             settled: true,
             waited_ms: 0,
             frames: 1,
+            last_change_ms: None,
+            quiet_ms: 0,
         })
     }
 

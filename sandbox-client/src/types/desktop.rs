@@ -256,7 +256,9 @@ pub enum DesktopAction {
     /// Report where the pointer is.
     CursorPosition {},
     /// Wait until the screen stops changing for `quiet_ms` (default 300), at most
-    /// `timeout_ms` (default 5000, at most 60000).
+    /// `timeout_ms` (default 5000, at most 60000). Right after another action whose effect is
+    /// already on screen (the screen differs from just before that action), half of `quiet_ms`
+    /// is enough: the answer's `settle.quiet_ms` says which applied.
     WaitSettled {
         quiet_ms: Option<u64>,
         timeout_ms: Option<u64>,
@@ -311,9 +313,19 @@ pub struct CursorPosition {
 
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 pub struct SettleInfo {
+    /// False when the timeout passed with the screen still changing.
     pub settled: bool,
     pub waited_ms: u64,
+    /// Frames captured and compared.
     pub frames: u32,
+    /// When the last change was seen, in ms from the start of the wait; absent when the screen
+    /// did not change while waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change_ms: Option<u64>,
+    /// The quiet period applied: the one asked for, or half of it when the last action's effect
+    /// was already on screen as the wait began (the screen differed from just before it).
+    #[serde(default)]
+    pub quiet_ms: u64,
 }
 
 /// `POST /v1/browser/actions` answer: AIO's envelope plus its legacy top-level fields.

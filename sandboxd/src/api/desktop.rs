@@ -122,6 +122,10 @@ pub async fn perform(state: &AppState, action: DesktopAction) -> Result<ActionDa
             settled: report.settled,
             waited_ms: u64::try_from(report.waited.as_millis()).unwrap_or(u64::MAX),
             frames: report.frames,
+            last_change_ms: report
+                .last_change
+                .map(|at| u64::try_from(at.as_millis()).unwrap_or(u64::MAX)),
+            quiet_ms: u64::try_from(report.quiet.as_millis()).unwrap_or(u64::MAX),
         }),
     })
 }

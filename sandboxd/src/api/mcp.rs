@@ -92,7 +92,7 @@ impl SandboxTools {
         MOVE_TO, MOVE_REL, CLICK (num_clicks, modifiers), RIGHT_CLICK, DOUBLE_CLICK, \
         TRIPLE_CLICK, MOUSE_DOWN, MOUSE_UP, DRAG_TO, DRAG_REL, DRAG_PATH (one press, one \
         release), SCROLL (wheel notches), TYPING (any Unicode), PRESS, KEY_DOWN, KEY_UP, HOTKEY, \
-        WAIT, CURSOR_POSITION, WAIT_SETTLED (returns as soon as the screen stops changing)."
+        WAIT, CURSOR_POSITION, WAIT_SETTLED (returns as soon as the screen stops changing; half the quiet period when the last action's effect is already on screen)."
     )]
     async fn desktop_action(
         &self,

@@ -364,12 +364,25 @@ impl DesktopSession {
         match step {
             Step::Wait(duration) => tokio::time::sleep(duration).await,
             Step::Settle { quiet, timeout } => {
+                let before = self.take_screen_before_action();
                 let report = self
-                    .blocking(move |d| d.wait_until_settled(quiet, timeout))
+                    .blocking(move |d| d.wait_until_settled_after(before, quiet, timeout))
                     .await?;
                 settle = Some(report);
             }
-            step => self.blocking(move |d| run(d, &step)).await?,
+            Step::Nothing => {}
+            step => {
+                // The screen as it was before the action, so a WAIT_SETTLED after it can tell
+                // whether the effect is already on screen (one capture, ~1-2 ms).
+                let before = self
+                    .blocking(move |d| {
+                        let before = d.capture()?.fingerprint();
+                        run(d, &step)?;
+                        Ok(before)
+                    })
+                    .await?;
+                self.set_screen_before_action(before);
+            }
         }
         let cursor = self.blocking(|d| d.cursor_position()).await?;
         Ok(Performed { cursor, settle })
