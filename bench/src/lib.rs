@@ -38,6 +38,40 @@ pub fn ensure_network() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `docker run` flags equal to the orchestrator's default per-sandbox limits
+/// (`--memory-mib 2048 --cpus 1 --pids 1024 --shm-mib 512`, all capabilities dropped).
+pub const SANDBOX_LIMITS: &[&str] = &[
+    "--memory",
+    "2048m",
+    "--memory-swap",
+    "2048m",
+    "--cpus",
+    "1",
+    "--pids-limit",
+    "1024",
+    "--shm-size",
+    "512m",
+    "--cap-drop",
+    "ALL",
+    "--security-opt",
+    "no-new-privileges",
+];
+
+/// `docker stats`' "used / limit" memory column, in MiB.
+pub fn parse_mib(text: &str) -> Option<f64> {
+    let used = text.split('/').next()?.trim();
+    let (number, factor) = if let Some(n) = used.strip_suffix("GiB") {
+        (n, 1024.0)
+    } else if let Some(n) = used.strip_suffix("MiB") {
+        (n, 1.0)
+    } else if let Some(n) = used.strip_suffix("KiB") {
+        (n, 1.0 / 1024.0)
+    } else {
+        return None;
+    };
+    number.trim().parse::<f64>().ok().map(|v| v * factor)
+}
+
 /// Summary statistics of a sample, in milliseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct Stats {

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentbox_bench::{
-    ADMIN_KEY, NETWORK, OrchestratorServer as Server, Stats, arg, docker, ensure_network,
-    print_header, print_row,
+    ADMIN_KEY, NETWORK, OrchestratorServer as Server, SANDBOX_LIMITS, Stats, arg, docker,
+    ensure_network, parse_mib, print_header, print_row,
 };
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -51,25 +51,6 @@ async fn delete(client: &reqwest::Client, server: &Server, id: &str) -> anyhow::
     Ok(())
 }
 
-/// `docker run` flags equal to the orchestrator's default per-sandbox limits
-/// (`--memory-mib 2048 --cpus 1 --pids 1024 --shm-mib 512`, all capabilities dropped).
-const FLOOR_LIMITS: &[&str] = &[
-    "--memory",
-    "2048m",
-    "--memory-swap",
-    "2048m",
-    "--cpus",
-    "1",
-    "--pids-limit",
-    "1024",
-    "--shm-size",
-    "512m",
-    "--cap-drop",
-    "ALL",
-    "--security-opt",
-    "no-new-privileges",
-];
-
 // The baseline's `docker run` is the timed start itself: tokio waits for that child.
 #[allow(clippy::disallowed_methods)]
 async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Duration> {
@@ -93,7 +74,7 @@ async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Dur
         // The same limits and hardening the orchestrator gives each sandbox by default (its
         // `serve` flags), so both arms boot with one CPU: the floor is "docker run per task"
         // done as the README recommends, not an unlimited container.
-        .args(FLOOR_LIMITS)
+        .args(SANDBOX_LIMITS)
         .arg(image)
         .stdout(Stdio::null())
         .spawn()?;
@@ -128,20 +109,6 @@ async fn metric(client: &reqwest::Client, server: &Server, name: &str) -> f64 {
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(-1.0)
-}
-
-fn parse_mib(text: &str) -> Option<f64> {
-    let used = text.split('/').next()?.trim();
-    let (number, factor) = if let Some(n) = used.strip_suffix("GiB") {
-        (n, 1024.0)
-    } else if let Some(n) = used.strip_suffix("MiB") {
-        (n, 1.0)
-    } else if let Some(n) = used.strip_suffix("KiB") {
-        (n, 1.0 / 1024.0)
-    } else {
-        return None;
-    };
-    number.trim().parse::<f64>().ok().map(|v| v * factor)
 }
 
 #[tokio::main]
