@@ -42,6 +42,7 @@ mod desktop;
 mod encode;
 mod error;
 mod input;
+mod jpeg;
 mod keyboard;
 mod keymap;
 pub mod keys;
