@@ -42,7 +42,6 @@ mod desktop;
 mod encode;
 mod error;
 mod input;
-mod jpeg;
 mod keyboard;
 mod keymap;
 pub mod keys;
