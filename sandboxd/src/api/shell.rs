@@ -169,6 +169,7 @@ pub async fn run_exec(
             exec_dir,
             hard_timeout,
             preserve_symlinks: request.preserve_symlinks,
+            ..CommandRequest::default()
         },
     )?;
     let waited = if request.async_mode == Some(true) {
