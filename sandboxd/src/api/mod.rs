@@ -11,6 +11,7 @@
 
 pub mod activity;
 pub mod auth;
+pub mod bash;
 pub mod browser;
 pub mod cdp;
 pub mod desktop;
@@ -133,6 +134,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(desktop::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
+        .merge(bash::routes())
         .merge(file::routes())
         .merge(browser::routes())
         .merge(tickets::routes())

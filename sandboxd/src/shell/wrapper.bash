@@ -107,7 +107,7 @@ builtin unset __agentbox_oldpwd
 # Variables for this command only (the bash pipe API's `env`): after the five values, each
 # VAR is NAME=VALUE (set and export) or NAME (unset); sandboxd checked that every NAME is an
 # identifier. The exit trap puts the previous values back before the session is saved.
-builtin declare -a __agentbox_env_names=() __agentbox_env_prev=()
+__agentbox_env_names=() __agentbox_env_prev=()
 for __agentbox_e in "${@:6}"; do
   __agentbox_n=${__agentbox_e%%=*}
   __agentbox_env_names+=("$__agentbox_n")
@@ -127,4 +127,8 @@ builtin unset __agentbox_e __agentbox_n
 # `set +x` first, with its own trace silenced, so a command that enabled tracing does not trace
 # the report and the saving.
 builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>/dev/null; __agentbox_done; __agentbox_restore; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
+# SIGINT (the bash API's `kill` with SIGINT, like Ctrl-C) ends the command with status 130, as
+# at a prompt; without this trap bash would die of the signal after the exit trap had already
+# reported the status of the last command that finished.
+builtin trap 'builtin exit 130' INT
 builtin eval -- "$1"
