@@ -318,12 +318,13 @@ pub async fn create_session(
         working_dir,
         ..NewSession::default()
     })?;
-    if created && let Some(path) = snapshot {
-        if let Err(error) = source_snapshot(&state, &session, &path).await {
-            // Not kept: a session half set up would surprise the next command.
-            let _ = shell.remove_session(&session.id).await;
-            return Err(error);
-        }
+    if created
+        && let Some(path) = snapshot
+        && let Err(error) = source_snapshot(&state, &session, &path).await
+    {
+        // Not kept: a session half set up would surprise the next command.
+        let _ = shell.remove_session(&session.id).await;
+        return Err(error);
     }
     let info = session.info();
     Ok(Json(Envelope::ok(BashSessionInfo {
