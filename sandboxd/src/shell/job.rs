@@ -5,7 +5,8 @@
 //! is a [`Prewarmed`] one, started before the request with `--wait-for-command` and handed the
 //! same five values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
 //! session and process group and is a child subreaper, so that orphans of what it starts stay
-//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay in order;
+//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay in order (the bash pipe API asks for
+//! two, and then starts a bash of its own: a waiting one has one pipe);
 //! stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
 //! bounded [`OutputBuffer`], enforces the hard timeout and publishes the [`Outcome`] once bash
 //! has been reaped. Background processes the command leaves behind keep running, like in any

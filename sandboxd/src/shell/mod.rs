@@ -6,7 +6,7 @@
 //!   a prompt. Idle sessions expire; when the set is full the least recently used idle session
 //!   makes room (its background processes keep running).
 //! - Each command is a [`Job`]: bash leading its own session and process group, output merged
-//!   and bounded, a hard timeout that ends every process the command started (even those that
+//!   (or, for the bash pipe API, stdout and stderr apart, read by byte offsets) and bounded, a hard timeout that ends every process the command started (even those that
 //!   left its session: see [`procs`]), and an activity guard held while it runs so the idle
 //!   dead-man switch waits for it.
 //! - A [`Terminal`] is an interactive `bash -l` on a pseudo-terminal.
