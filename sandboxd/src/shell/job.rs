@@ -5,9 +5,10 @@
 //! is a [`Prewarmed`] one, started before the request with `--wait-for-command` and handed the
 //! same five values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
 //! session and process group and is a child subreaper, so that orphans of what it starts stay
-//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay in order (the bash pipe API asks for
-//! two, and then starts a bash of its own: a waiting one has one pipe);
-//! stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
+//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay
+//! in order (the bash pipe API asks for two, and per-command variables as `NAME=VALUE` arguments
+//! after MARKER: such a command starts a bash of its own, as a waiting one has one pipe and
+//! takes five values); stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
 //! bounded [`OutputBuffer`], enforces the hard timeout and publishes the [`Outcome`] once bash
 //! has been reaped. Background processes the command leaves behind keep running, like in any
 //! shell; their later output is still read (and bounded) until they close the pipe.
