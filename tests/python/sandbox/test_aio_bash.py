@@ -9,6 +9,7 @@ from agent_sandbox.types import (
     BashExecResult,
     BashOutputResult,
     BashSessionInfo,
+    HttpValidationError,
     ResponseBashExecResult,
     ResponseBashOutputResult,
     ResponseBashSessionInfo,
@@ -98,11 +99,13 @@ def test_bad_input_names_the_field(client):
     with pytest.raises(ApiError) as error:
         client.bash.exec(command="true", env={"1BAD": "x"})
     assert error.value.status_code == 422
-    assert error.value.body["detail"][0]["loc"] == ["body", "env", "1BAD"]
+    # The SDK parses the 422 into its own typed model.
+    assert isinstance(error.value.body, HttpValidationError)
+    assert error.value.body.detail[0].loc == ["body", "env", "1BAD"]
     with pytest.raises(ApiError) as error:
         client.bash.kill(session_id="nobody-here", signal="SIGHUP")
     assert error.value.status_code == 422
-    assert error.value.body["detail"][0]["loc"] == ["body", "signal"]
+    assert error.value.body.detail[0].loc == ["body", "signal"]
 
 
 def _not_supported(call, *words):
