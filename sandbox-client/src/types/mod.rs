@@ -7,6 +7,7 @@
 //! `/v1/openapi.json` is generated from these types and the route annotations.
 
 pub mod activity;
+pub mod bash;
 pub mod browser;
 pub mod common;
 pub mod desktop;
@@ -19,6 +20,7 @@ pub mod shell;
 pub mod tickets;
 
 pub use activity::*;
+pub use bash::*;
 pub use browser::*;
 pub use common::*;
 pub use desktop::*;

@@ -11,6 +11,7 @@
 
 pub mod activity;
 pub mod auth;
+pub mod bash;
 pub mod browser;
 pub mod cdp;
 pub mod desktop;
@@ -25,6 +26,7 @@ pub mod sandbox;
 pub mod shell;
 pub mod tickets;
 pub mod types;
+pub mod unsupported;
 pub mod validate;
 pub mod vnc;
 
@@ -133,6 +135,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(desktop::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
+        .merge(bash::routes())
         .merge(file::routes())
         .merge(browser::routes())
         .merge(tickets::routes())
@@ -143,6 +146,7 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     let (_, mut document) = protected_routes().split_for_parts();
     let (_, public) = health::public_routes().split_for_parts();
     document.merge(public);
+    unsupported::document(&mut document);
     openapi::finish(&mut document);
     document
 }
@@ -164,6 +168,7 @@ pub fn router(state: AppState) -> Router {
     let protected = protected
         .merge(openapi::routes())
         .merge(cdp::routes())
+        .merge(unsupported::routes())
         .merge(vnc::keyed_routes())
         .merge(
             Router::new()

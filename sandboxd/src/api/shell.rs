@@ -33,17 +33,17 @@ use crate::shell::{
 };
 
 /// Longest accepted timeout, in seconds (a week).
-const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
+pub(super) const MAX_SECONDS: f64 = 7.0 * 24.0 * 3600.0;
 /// What a timeout accepts: a positive number of seconds, at most a week.
-const TIMEOUT_RANGE: SecondsRange = SecondsRange::above(0.0, MAX_SECONDS);
+pub(super) const TIMEOUT_RANGE: SecondsRange = SecondsRange::above(0.0, MAX_SECONDS);
 /// What a wait accepts: zero (look and answer) or more seconds, at most a week.
-const WAIT_RANGE: SecondsRange = SecondsRange::from_to(0.0, MAX_SECONDS);
+pub(super) const WAIT_RANGE: SecondsRange = SecondsRange::from_to(0.0, MAX_SECONDS);
 /// Longest command line: what one exec argument may hold on Linux (MAX_ARG_STRLEN), less room.
-const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1024;
+pub(super) const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1024;
 /// Longest wait for the previous command of a session to finish saving the session's state.
-const SETTLE_LIMIT: Duration = Duration::from_secs(10);
+pub(super) const SETTLE_LIMIT: Duration = Duration::from_secs(10);
 /// Most input accepted by one `write`.
-const MAX_INPUT_BYTES: usize = 1024 * 1024;
+pub(super) const MAX_INPUT_BYTES: usize = 1024 * 1024;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(WildcardRoutes::openapi())
@@ -169,6 +169,7 @@ pub async fn run_exec(
             exec_dir,
             hard_timeout,
             preserve_symlinks: request.preserve_symlinks,
+            ..CommandRequest::default()
         },
     )?;
     let waited = if request.async_mode == Some(true) {
@@ -514,7 +515,7 @@ fn wire_status(status: CommandStatus) -> BashCommandStatus {
     }
 }
 
-fn validate_command(command: String) -> Result<String, ApiError> {
+pub(super) fn validate_command(command: String) -> Result<String, ApiError> {
     if command.trim().is_empty() {
         return Err(ApiError::invalid("command", "command must not be empty"));
     }

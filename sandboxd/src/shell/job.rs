@@ -5,8 +5,10 @@
 //! is a [`Prewarmed`] one, started before the request with `--wait-for-command` and handed the
 //! same five values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
 //! session and process group and is a child subreaper, so that orphans of what it starts stay
-//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay in order;
-//! stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
+//! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay
+//! in order (the bash pipe API asks for two, and per-command variables as `NAME=VALUE` arguments
+//! after MARKER: such a command starts a bash of its own, as a waiting one has one pipe and
+//! takes five values); stdin is a pipe kept open for [`Job::write_input`]. One task per job reads the output into a
 //! bounded [`OutputBuffer`], enforces the hard timeout and publishes the [`Outcome`] once bash
 //! has been reaped. Background processes the command leaves behind keep running, like in any
 //! shell; their later output is still read (and bounded) until they close the pipe.
@@ -34,7 +36,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::output::{OutputBuffer, RenderedOutput};
+use super::output::{Chunk, OutputBuffer, RenderedOutput};
 use super::procs;
 use crate::activity::ActivityGuard;
 
@@ -117,6 +119,11 @@ pub struct JobSpec {
     pub ps1: String,
     /// Unique to this command: exported as [`procs::MARKER_VAR`] to everything it starts.
     pub marker: String,
+    /// Capture stderr apart from stdout (the bash pipe API); otherwise they share one pipe.
+    pub separate_stderr: bool,
+    /// Variables set (`Some`) or unset (`None`) for this command only; the session's saved
+    /// environment is as if they had not been touched. Names are valid shell identifiers.
+    pub env: Vec<(String, Option<String>)>,
 }
 
 /// A running or finished command.
@@ -130,6 +137,8 @@ pub struct Job {
     marker: String,
     stop_grace: Duration,
     output: Mutex<OutputBuffer>,
+    /// stderr, when it is captured apart from stdout (then `output` is stdout alone).
+    errors: Option<Mutex<OutputBuffer>>,
     /// Bytes of output received so far; waiters watch it for the no-change timeout.
     output_seen: watch::Sender<u64>,
     outcome: watch::Sender<Option<Outcome>>,
@@ -222,7 +231,7 @@ impl Prewarmed {
                 Ok(())
             });
         }
-        let spawned = spawn_bash(command, kind, identity)?;
+        let spawned = spawn_bash(command, kind, identity, false)?;
         drop(args_reader);
         Ok(Prewarmed {
             kind,
@@ -278,21 +287,31 @@ struct SpawnedBash {
     pid: i32,
     stdin: Option<pipe::Sender>,
     output: pipe::Receiver,
+    /// stderr's own pipe, when it is separate.
+    errors: Option<pipe::Receiver>,
     exit: tokio::sync::oneshot::Receiver<ExitStatus>,
 }
 
 /// Spawns `command` (a bash running the wrapper) in a new session as `identity`, with the
-/// environment of `kind`, stdin a pipe, stdout and stderr one shared pipe.
+/// environment of `kind`, stdin a pipe, stdout and stderr one shared pipe (or two with
+/// `separate_stderr`).
 fn spawn_bash(
     mut command: Command,
     kind: EnvKind,
     identity: Option<&Identity>,
+    separate_stderr: bool,
 ) -> io::Result<SpawnedBash> {
     let (reader, writer) = io::pipe()?;
+    let (errors, error_writer) = if separate_stderr {
+        let (reader, writer) = io::pipe()?;
+        (Some(reader), writer)
+    } else {
+        (None, writer.try_clone()?)
+    };
     command
         .stdin(Stdio::piped())
-        .stdout(Stdio::from(writer.try_clone()?))
-        .stderr(Stdio::from(writer))
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(error_writer))
         // bash changes to START_DIR itself; "/" always exists and is always searchable.
         .current_dir("/");
     apply_environment(&mut command, kind, identity);
@@ -317,10 +336,15 @@ fn spawn_bash(
         Some(stdin) => Some(pipe::Sender::from_owned_fd(OwnedFd::from(stdin))?),
         None => None,
     };
+    let errors = match errors {
+        Some(errors) => Some(pipe::Receiver::from_owned_fd(OwnedFd::from(errors))?),
+        None => None,
+    };
     Ok(SpawnedBash {
         pid: spawned.pid,
         stdin,
         output: pipe::Receiver::from_owned_fd(OwnedFd::from(reader))?,
+        errors,
         exit: spawned.exit,
     })
 }
@@ -338,12 +362,19 @@ impl Job {
         let done = open_done_fifo(&spec.state_dir, spec.identity.as_ref())
             .inspect_err(|error| tracing::warn!(%error, "shell command reports unavailable"))
             .ok();
-        let warm = warm.filter(|w| w.kind == kind && spec.command.len() <= MAX_PREWARMED_COMMAND);
+        // A waiting bash has one output pipe and takes exactly five values.
+        let warm = warm.filter(|w| {
+            w.kind == kind
+                && spec.command.len() <= MAX_PREWARMED_COMMAND
+                && !spec.separate_stderr
+                && spec.env.is_empty()
+        });
         let bash = match warm.map(|mut w| w.hand_over(&spec).map(|()| w)) {
             Some(Ok(w)) => SpawnedBash {
                 pid: w.pid,
                 stdin: w.stdin,
                 output: w.output,
+                errors: None,
                 exit: w.exit,
             },
             failed => {
@@ -360,7 +391,14 @@ impl Job {
                     .arg(&spec.start_dir)
                     .arg(mode(spec.physical))
                     .arg(&spec.marker);
-                spawn_bash(command, kind, spec.identity.as_ref())?
+                // The per-command variables follow, as data: NAME=VALUE sets, NAME unsets.
+                for (name, value) in &spec.env {
+                    match value {
+                        Some(value) => command.arg(format!("{name}={value}")),
+                        None => command.arg(name),
+                    };
+                }
+                spawn_bash(command, kind, spec.identity.as_ref(), spec.separate_stderr)?
             }
         };
         let job = Arc::new(Job {
@@ -370,6 +408,9 @@ impl Job {
             marker: spec.marker,
             stop_grace: spec.stop_grace,
             output: Mutex::new(OutputBuffer::new(spec.output_limit)),
+            errors: spec
+                .separate_stderr
+                .then(|| Mutex::new(OutputBuffer::new(spec.output_limit))),
             output_seen: watch::Sender::new(0),
             outcome: watch::Sender::new(None),
             settled: watch::Sender::new(false),
@@ -381,6 +422,7 @@ impl Job {
             job.clone(),
             Pipes {
                 output: bash.output,
+                errors: bash.errors,
                 exit: bash.exit,
                 done,
             },
@@ -393,6 +435,81 @@ impl Job {
 
     pub fn command(&self) -> &str {
         &self.command
+    }
+
+    /// The command's id on the wire: unique for as long as sandboxd runs (its marker, which the
+    /// command's own programs see anyway).
+    pub fn id(&self) -> &str {
+        &self.marker
+    }
+
+    /// Whether stderr is captured apart from stdout.
+    pub fn separate_stderr(&self) -> bool {
+        self.errors.is_some()
+    }
+
+    /// Bytes `stream` has received so far (stderr merged into stdout reads as empty).
+    pub fn stream_len(&self, stream: Stream) -> u64 {
+        match (stream, &self.errors) {
+            (Stream::Stdout, _) => self.lock_output().total_bytes(),
+            (Stream::Stderr, Some(errors)) => lock_buffer(errors).total_bytes(),
+            (Stream::Stderr, None) => 0,
+        }
+    }
+
+    /// `stream` from byte `offset` on, raw (no terminal cleaning: offsets count bytes as the
+    /// command wrote them); None when `offset` is past the end.
+    pub fn read_stream(&self, stream: Stream, offset: u64) -> Option<Chunk> {
+        match (stream, &self.errors) {
+            (Stream::Stdout, _) => self.lock_output().read_from(offset),
+            (Stream::Stderr, Some(errors)) => lock_buffer(errors).read_from(offset),
+            (Stream::Stderr, None) => (offset == 0).then(|| Chunk {
+                text: String::new(),
+                skipped: 0,
+                next_offset: 0,
+            }),
+        }
+    }
+
+    /// Waits until stdout has more than `stdout_from` bytes or stderr more than
+    /// `stderr_from`, the command ends, or `limit` passes. True when there is new output or the
+    /// command has ended.
+    pub async fn wait_for_output(
+        &self,
+        stdout_from: u64,
+        stderr_from: u64,
+        limit: Duration,
+    ) -> bool {
+        let mut seen = self.output_seen.subscribe();
+        let mut outcome = self.outcome.subscribe();
+        let deadline = Instant::now() + limit;
+        loop {
+            seen.borrow_and_update();
+            if outcome.borrow_and_update().is_some()
+                || self.stream_len(Stream::Stdout) > stdout_from
+                || self.stream_len(Stream::Stderr) > stderr_from
+            {
+                return true;
+            }
+            tokio::select! {
+                changed = seen.changed() => if changed.is_err() { return false },
+                changed = outcome.changed() => if changed.is_err() { return false },
+                () = tokio::time::sleep_until(deadline) => return false,
+            }
+        }
+    }
+
+    /// Sends `signal` to the command's process group (bash and its foreground programs), as a
+    /// terminal's Ctrl-C would. False when the command has already ended.
+    pub fn signal(&self, signal: Signal) -> io::Result<bool> {
+        if !self.is_running() {
+            return Ok(false);
+        }
+        match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pid), signal) {
+            Ok(()) => Ok(true),
+            Err(nix::errno::Errno::ESRCH) => Ok(false),
+            Err(errno) => Err(io::Error::from(errno)),
+        }
     }
 
     pub fn ps1(&self) -> &str {
@@ -523,24 +640,51 @@ impl Job {
     }
 
     fn append_output(&self, bytes: &[u8]) {
-        let total = {
-            let mut output = self.lock_output();
-            output.push(bytes);
-            output.total_bytes()
-        };
-        self.output_seen.send_replace(total);
+        self.lock_output().push(bytes);
+        self.output_seen
+            .send_modify(|seen| *seen += bytes.len() as u64);
+    }
+
+    /// Appends to stderr when it is separate (else to the shared output).
+    fn append_errors(&self, bytes: &[u8]) {
+        match &self.errors {
+            Some(errors) => {
+                lock_buffer(errors).push(bytes);
+                self.output_seen
+                    .send_modify(|seen| *seen += bytes.len() as u64);
+            }
+            None => self.append_output(bytes),
+        }
+    }
+
+    fn append(&self, stream: Stream, bytes: &[u8]) {
+        match stream {
+            Stream::Stdout => self.append_output(bytes),
+            Stream::Stderr => self.append_errors(bytes),
+        }
     }
 
     fn lock_output(&self) -> MutexGuard<'_, OutputBuffer> {
-        // Pushing and rendering cannot leave the buffer half-updated, so a poisoned lock (a
-        // panic elsewhere while holding it) still guards a consistent buffer.
-        self.output.lock().unwrap_or_else(|e| e.into_inner())
+        lock_buffer(&self.output)
     }
 
     fn lock_reason(&self) -> MutexGuard<'_, Option<StopReason>> {
         // Plain value: consistent even if poisoned.
         self.stop_reason.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn lock_buffer(buffer: &Mutex<OutputBuffer>) -> MutexGuard<'_, OutputBuffer> {
+    // Pushing and rendering cannot leave the buffer half-updated, so a poisoned lock (a panic
+    // elsewhere while holding it) still guards a consistent buffer.
+    buffer.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One of a command's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -576,6 +720,7 @@ fn apply_environment(command: &mut Command, kind: EnvKind, identity: Option<&Ide
 /// What [`supervise`] watches.
 struct Pipes {
     output: pipe::Receiver,
+    errors: Option<pipe::Receiver>,
     exit: tokio::sync::oneshot::Receiver<ExitStatus>,
     /// The session's `done` FIFO, if it could be opened.
     done: Option<pipe::Receiver>,
@@ -644,11 +789,11 @@ fn parse_report(bytes: &[u8], marker: &str) -> Option<Report> {
 
 /// Reads what is in the pipe now without waiting. (A direct non-blocking read: Tokio's
 /// readiness may be stale.) Returns true at end of file.
-fn drain_now(output: &pipe::Receiver, buf: &mut [u8], job: &Job) -> bool {
+fn drain_now(output: &pipe::Receiver, buf: &mut [u8], job: &Job, stream: Stream) -> bool {
     loop {
         match nix::unistd::read(output.as_fd(), buf) {
             Ok(0) => return true,
-            Ok(n) => job.append_output(&buf[..n]),
+            Ok(n) => job.append(stream, &buf[..n]),
             Err(nix::errno::Errno::EINTR) => {}
             Err(_) => return false, // EAGAIN: nothing more for now
         }
@@ -665,9 +810,12 @@ async fn supervise(
 ) {
     let Pipes {
         mut output,
+        mut errors,
         mut exit,
         mut done,
     } = pipes;
+    let mut errors_eof = errors.is_none();
+    let mut errors_buf = vec![0u8; if errors.is_some() { 16 * 1024 } else { 0 }];
     let mut activity = Some(activity);
     let mut buf = vec![0u8; 16 * 1024];
     let mut report_buf = [0u8; 1024];
@@ -685,6 +833,14 @@ async fn supervise(
                     eof = true;
                 }
             },
+            read = read_some(errors.as_mut(), &mut errors_buf), if !errors_eof => match read {
+                Ok(0) => errors_eof = true,
+                Ok(n) => job.append_errors(&errors_buf[..n]),
+                Err(error) => {
+                    tracing::warn!(pid = job.pid, %error, "reading shell command stderr");
+                    errors_eof = true;
+                }
+            },
             read = read_some(done.as_mut(), &mut report_buf), if done.is_some() && job.is_running() => {
                 match read {
                     Ok(n) if n > 0 && report.len() + n <= MAX_REPORT => {
@@ -692,7 +848,11 @@ async fn supervise(
                         if let Some(parsed) = parse_report(&report, &job.marker) {
                             if job.lock_reason().is_none() {
                                 // The command's own output is all in the pipe by now.
-                                eof = drain_now(&output, &mut buf, &job);
+                                eof = drain_now(&output, &mut buf, &job, Stream::Stdout);
+                                if let Some(errors) = errors.as_ref().filter(|_| !errors_eof) {
+                                    errors_eof =
+                                        drain_now(errors, &mut buf, &job, Stream::Stderr);
+                                }
                                 job.outcome.send_replace(Some(Outcome {
                                     status: CommandStatus::Completed,
                                     exit_code: parsed.exit_code,
@@ -719,7 +879,10 @@ async fn supervise(
     // Everything bash and its foreground children wrote is in the pipe by now: take it before
     // publishing the outcome.
     if !eof {
-        eof = drain_now(&output, &mut buf, &job);
+        eof = drain_now(&output, &mut buf, &job, Stream::Stdout);
+    }
+    if let Some(errors) = errors.as_ref().filter(|_| !errors_eof) {
+        errors_eof = drain_now(errors, &mut buf, &job, Stream::Stderr);
     }
     let exit_code = status.map(ExitStatus::as_shell_code).unwrap_or(-1);
     let reason = *job.lock_reason();
@@ -755,10 +918,16 @@ async fn supervise(
     drop(activity);
     // Background processes may still hold the pipe: keep reading (into the bounded buffer) so
     // they never block on a full pipe.
-    while !eof {
-        match output.read(&mut buf).await {
-            Ok(0) | Err(_) => eof = true,
-            Ok(n) => job.append_output(&buf[..n]),
+    while !eof || !errors_eof {
+        tokio::select! {
+            read = output.read(&mut buf), if !eof => match read {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => job.append_output(&buf[..n]),
+            },
+            read = read_some(errors.as_mut(), &mut errors_buf), if !errors_eof => match read {
+                Ok(0) | Err(_) => errors_eof = true,
+                Ok(n) => job.append_errors(&errors_buf[..n]),
+            },
         }
     }
 }

@@ -6,7 +6,7 @@
 //!   a prompt. Idle sessions expire; when the set is full the least recently used idle session
 //!   makes room (its background processes keep running).
 //! - Each command is a [`Job`]: bash leading its own session and process group, output merged
-//!   and bounded, a hard timeout that ends every process the command started (even those that
+//!   (or, for the bash pipe API, stdout and stderr apart, read by byte offsets) and bounded, a hard timeout that ends every process the command started (even those that
 //!   left its session: see [`procs`]), and an activity guard held while it runs so the idle
 //!   dead-man switch waits for it.
 //! - A [`Terminal`] is an interactive `bash -l` on a pseudo-terminal.
@@ -39,9 +39,9 @@ use supervisor::process::Identity;
 
 use crate::activity::Activity;
 use crate::config::Settings;
-pub use job::{CommandStatus, InputError, Job, Outcome, StopReason, WaitEnd};
+pub use job::{CommandStatus, InputError, Job, Outcome, StopReason, Stream, WaitEnd};
 use job::{EnvKind, Prewarmed};
-pub use output::{RenderedOutput, TRUNCATE_CHARS};
+pub use output::{Chunk, RenderedOutput, TRUNCATE_CHARS};
 pub use session::{Session, SessionInfo};
 pub use terminal::{Terminal, TerminalSize};
 
@@ -144,13 +144,18 @@ pub struct NewSession {
 }
 
 /// One command to start in a session.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CommandRequest {
     pub command: String,
     /// Start here instead of the session's working directory (and stay there after).
     pub exec_dir: Option<PathBuf>,
     pub hard_timeout: Option<Duration>,
     pub preserve_symlinks: Option<bool>,
+    /// Capture stderr apart from stdout (the bash pipe API).
+    pub separate_stderr: bool,
+    /// Variables set (`Some`) or unset (`None`) for this command only. Names must be shell
+    /// identifiers (the API checks them).
+    pub env: Vec<(String, Option<String>)>,
 }
 
 /// Counts for `stats`.
@@ -305,6 +310,8 @@ impl Shell {
                     self.marker_prefix,
                     self.next_job.fetch_add(1, Ordering::Relaxed)
                 ),
+                separate_stderr: request.separate_stderr,
+                env: request.env,
             },
             warm,
             self.activity.hold(),
@@ -316,6 +323,7 @@ impl Shell {
         tokio::task::spawn_blocking(move || shell.refill_prewarmed(kind, identity.as_ref()));
         state.remember(job.mark());
         state.current = Some(job.clone());
+        state.commands += 1;
         state.touch();
         Ok(job)
     }

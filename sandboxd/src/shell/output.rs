@@ -51,6 +51,27 @@ impl OutputBuffer {
         self.dropped + self.data.len() as u64
     }
 
+    /// The raw output from byte `offset` on (an offset into everything ever appended), as
+    /// text. An incomplete UTF-8 sequence at the end is held back (the returned offset stops
+    /// before it, so the next read starts with it); bytes that are not UTF-8 become U+FFFD. An
+    /// offset in the part already dropped reads from the oldest byte kept. None when `offset`
+    /// is past the end.
+    pub fn read_from(&self, offset: u64) -> Option<Chunk> {
+        let total = self.total_bytes();
+        if offset > total {
+            return None;
+        }
+        let start = offset.max(self.dropped);
+        let from = usize::try_from(start - self.dropped).unwrap_or(self.data.len());
+        let bytes = &self.data[from.min(self.data.len())..];
+        let complete = complete_utf8_len(bytes);
+        Some(Chunk {
+            text: String::from_utf8_lossy(&bytes[..complete]).into_owned(),
+            skipped: start - offset,
+            next_offset: start + complete as u64,
+        })
+    }
+
     /// The output as clean text, the last `max_chars` characters at most (with a note in front
     /// when anything is left out).
     pub fn render(&self, max_chars: Option<usize>) -> RenderedOutput {
@@ -86,6 +107,37 @@ impl OutputBuffer {
             truncated: true,
         }
     }
+}
+
+/// What [`OutputBuffer::read_from`] read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub text: String,
+    /// Bytes between the requested offset and the first one read (already dropped).
+    pub skipped: u64,
+    /// Where the next read continues.
+    pub next_offset: u64,
+}
+
+/// The length of `bytes` without an incomplete UTF-8 sequence at its end (a sequence that may
+/// still be completed by later bytes; invalid bytes are not held back).
+fn complete_utf8_len(bytes: &[u8]) -> usize {
+    let len = bytes.len();
+    // A sequence is at most 4 bytes: look at the last 3 for its lead byte.
+    for back in 1..=len.min(3) {
+        let b = bytes[len - back];
+        if b & 0b1100_0000 == 0b1000_0000 {
+            continue; // a continuation byte: keep looking for the lead
+        }
+        let needed = match b {
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return len, // ASCII or invalid: nothing to hold back
+        };
+        return if back < needed { len - back } else { len };
+    }
+    len
 }
 
 /// Turns terminal output into what a person would read: escape sequences (colours, cursor
@@ -224,5 +276,30 @@ mod tests {
         assert!(cut.text.ends_with("0123456789"));
         let small = buffer.render(Some(1_000_000));
         assert!(!small.truncated);
+    }
+
+    #[test]
+    fn reads_from_offsets_hold_back_split_characters() {
+        let mut buffer = OutputBuffer::new(1024);
+        buffer.push(b"ab\xc3");
+        let first = buffer.read_from(0).unwrap();
+        assert_eq!((first.text.as_str(), first.next_offset), ("ab", 2));
+        buffer.push(b"\xa9z");
+        let second = buffer.read_from(first.next_offset).unwrap();
+        assert_eq!((second.text.as_str(), second.next_offset), ("\u{e9}z", 5));
+        assert_eq!(buffer.read_from(5).unwrap().text, "");
+        assert_eq!(buffer.read_from(6), None);
+        buffer.push(b"\xff");
+        assert_eq!(buffer.read_from(5).unwrap().text, "\u{fffd}");
+    }
+
+    #[test]
+    fn reads_from_dropped_offsets_start_at_the_oldest_kept_byte() {
+        let mut buffer = OutputBuffer::new(1024);
+        buffer.push(&[b'x'; 2000]);
+        let chunk = buffer.read_from(0).unwrap();
+        assert_eq!(chunk.next_offset, 2000);
+        assert_eq!(chunk.skipped + chunk.text.len() as u64, 2000);
+        assert!(chunk.skipped > 0);
     }
 }

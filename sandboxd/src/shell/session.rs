@@ -37,6 +37,8 @@ pub(super) struct SessionState {
     pub jobs: Vec<JobMark>,
     /// Removed from the shell: starts no more commands.
     pub closed: bool,
+    /// Commands started in this session.
+    pub commands: u64,
 }
 
 /// A description of a session at one moment.
@@ -51,6 +53,8 @@ pub struct SessionInfo {
     /// The latest command (running or not).
     pub current_command: Option<String>,
     pub no_change_timeout: Duration,
+    /// Commands started in this session.
+    pub command_count: u64,
 }
 
 impl SessionState {
@@ -102,6 +106,7 @@ impl Session {
                 current: None,
                 jobs: Vec::new(),
                 closed: false,
+                commands: 0,
             }),
         }
     }
@@ -148,6 +153,7 @@ impl Session {
             running: state.is_running(),
             current_command: state.current.as_ref().map(|job| job.command().to_string()),
             no_change_timeout: state.no_change_timeout,
+            command_count: state.commands,
         }
     }
 

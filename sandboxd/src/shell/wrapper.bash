@@ -1,5 +1,5 @@
 # Runs one command of a shell session and saves the session's state for the next one.
-# Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical MARKER
+# Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical MARKER [VAR...]
 # or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command
 # and then handed the same five values on fd 3, each NUL-terminated. MARKER is exported as
 # AGENTBOX_SHELL_JOB, so that sandboxd finds every program the command starts (see procs.rs).
@@ -32,7 +32,7 @@ __agentbox_save() {
   done
   # The wrapper's own functions are defined anew by the next command's wrapper. (bash runs a
   # copy of a function's body, so this one may unset itself.)
-  builtin unset -f __agentbox_names __agentbox_save __agentbox_done
+  builtin unset -f __agentbox_names __agentbox_save __agentbox_done __agentbox_restore
   {
     builtin export -p
     if [[ ${#__agentbox_keep[@]} -gt 0 ]]; then
@@ -56,6 +56,17 @@ __agentbox_done() {
     if [[ $__agentbox_mode = physical ]]; then builtin pwd -P; else builtin pwd -L; fi
     builtin printf '\0'
   } 1<>"$__agentbox_state/done" 2>/dev/null
+}
+
+# Puts back the variables this command had for itself only (see below), as they were before.
+__agentbox_restore() {
+  builtin local __agentbox_i
+  for __agentbox_i in "${!__agentbox_env_names[@]}"; do
+    builtin unset -- "${__agentbox_env_names[__agentbox_i]}" 2>/dev/null
+    if [[ -n ${__agentbox_env_prev[__agentbox_i]} ]]; then
+      builtin eval -- "${__agentbox_env_prev[__agentbox_i]/#declare /declare -g }" 2>/dev/null
+    fi
+  done
 }
 
 # Variables every fresh bash has (including the inherited environment): not saved.
@@ -93,7 +104,31 @@ fi
 if [[ -n $__agentbox_oldpwd ]]; then OLDPWD=$__agentbox_oldpwd; fi
 builtin unset __agentbox_oldpwd
 
+# Variables for this command only (the bash pipe API's `env`): after the five values, each
+# VAR is NAME=VALUE (set and export) or NAME (unset); sandboxd checked that every NAME is an
+# identifier. The exit trap puts the previous values back before the session is saved.
+__agentbox_env_names=() __agentbox_env_prev=()
+for __agentbox_e in "${@:6}"; do
+  __agentbox_n=${__agentbox_e%%=*}
+  __agentbox_env_names+=("$__agentbox_n")
+  if [[ -v $__agentbox_n ]]; then
+    __agentbox_env_prev+=("$(builtin declare -p -- "$__agentbox_n" 2>/dev/null)")
+  else
+    __agentbox_env_prev+=("")
+  fi
+  if [[ $__agentbox_e == *=* ]]; then
+    builtin export -- "$__agentbox_n=${__agentbox_e#*=}"
+  else
+    builtin unset -- "$__agentbox_n"
+  fi
+done
+builtin unset __agentbox_e __agentbox_n
+
 # `set +x` first, with its own trace silenced, so a command that enabled tracing does not trace
 # the report and the saving.
-builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>/dev/null; __agentbox_done; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
+builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>/dev/null; __agentbox_done; __agentbox_restore; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
+# SIGINT (the bash API's `kill` with SIGINT, like Ctrl-C) ends the command with status 130, as
+# at a prompt; without this trap bash would die of the signal after the exit trap had already
+# reported the status of the last command that finished.
+builtin trap 'builtin exit 130' INT
 builtin eval -- "$1"

@@ -1,0 +1,363 @@
+//! AIO's operations that sandboxd does not serve, answered `501 Not Implemented` with a message
+//! naming what is missing and why, never a bare 404: a client written for AIO learns that the
+//! feature is absent rather than that it mistyped a path.
+//!
+//! - [`UNSUPPORTED`]: families that do not fit a single-tenant sandbox behind an orchestrator
+//!   (hooks, observe, skills, the egress proxy, captcha solving). Their paths have routes here
+//!   that take every method and every sub-path.
+//! - [`PLANNED`]: families sandboxd will serve (issue 11) but does not yet. They have no
+//!   routes, so that adding the real ones never collides with these: the 404 fallback answers
+//!   501 for their paths instead (see [`planned`]).
+//!
+//! Both lists' operations (as AIO's SDK calls them) are documented with their 501 in the
+//! OpenAPI document ([`document`]), unless a real route documents the operation already.
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use utoipa::openapi::OpenApi;
+use utoipa::openapi::path::{
+    HttpMethod, Operation, OperationBuilder, ParameterBuilder, ParameterIn,
+};
+
+use super::AppState;
+use super::error::ApiError;
+
+/// A family of AIO operations sandboxd does not serve.
+#[derive(Debug)]
+pub struct Family {
+    /// What it is, as the message names it.
+    pub name: &'static str,
+    /// Paths it owns: each, and everything below it.
+    pub prefixes: &'static [&'static str],
+    /// Why it is not served.
+    pub reason: &'static str,
+    /// AIO's operations in it (method, path as AIO's OpenAPI spells it), for the document.
+    pub operations: &'static [(&'static str, &'static str)],
+}
+
+/// Not served by design.
+pub const UNSUPPORTED: &[Family] = &[
+    Family {
+        name: "sandbox hooks (/v1/sandbox/hooks)",
+        prefixes: &["/v1/sandbox/hooks"],
+        reason: "an Agentbox sandbox is single-tenant and set up by its orchestrator: lifecycle hooks belong to the orchestrator, which creates and removes the sandbox, not to code inside it",
+        operations: &[
+            ("GET", "/v1/sandbox/hooks"),
+            ("POST", "/v1/sandbox/hooks"),
+            ("DELETE", "/v1/sandbox/hooks/{name}"),
+        ],
+    },
+    Family {
+        name: "sandbox observability (/v1/sandbox/observe)",
+        prefixes: &["/v1/sandbox/observe"],
+        reason: "an Agentbox sandbox is single-tenant and set up by its orchestrator: sandboxd logs to stdout (JSON) and the orchestrator keeps runs' events; /v1/sandbox and /v1/processes report the sandbox's state",
+        operations: &[("GET", "/v1/sandbox/observe/status")],
+    },
+    Family {
+        name: "skills (/v1/skills)",
+        prefixes: &["/v1/skills"],
+        reason: "an Agentbox sandbox is single-tenant and set up by its orchestrator: an agent's skills are the agent's (its prompt and tools), not a registry inside the sandbox; put files in the workspace with the file API",
+        operations: &[
+            ("DELETE", "/v1/skills"),
+            ("GET", "/v1/skills/metadatas"),
+            ("POST", "/v1/skills/register"),
+            ("DELETE", "/v1/skills/{name}"),
+            ("GET", "/v1/skills/{name}/content"),
+        ],
+    },
+    Family {
+        name: "the egress proxy (/v1/proxy, /v1/browser/proxy.pac)",
+        prefixes: &["/v1/proxy", "/v1/browser/proxy.pac"],
+        reason: "an Agentbox sandbox is single-tenant and set up by its orchestrator: egress rules are enforced outside the container, where code in the sandbox cannot change them, so they are not configurable from inside",
+        operations: &[
+            ("GET", "/v1/proxy/health"),
+            ("GET", "/v1/proxy/diagnose"),
+            ("GET", "/v1/proxy/excludes"),
+            ("POST", "/v1/proxy/excludes"),
+            ("DELETE", "/v1/proxy/excludes"),
+            ("GET", "/v1/proxy/mappings"),
+            ("POST", "/v1/proxy/mappings"),
+            ("DELETE", "/v1/proxy/mappings/{source}"),
+            ("GET", "/v1/proxy/upstream"),
+            ("PUT", "/v1/proxy/upstream"),
+            ("DELETE", "/v1/proxy/upstream"),
+            ("GET", "/v1/browser/proxy.pac"),
+        ],
+    },
+    Family {
+        name: "captcha detection and solving (/v1/browser/captcha)",
+        prefixes: &["/v1/browser/captcha"],
+        reason: "sandboxd does not detect or solve captchas: solving them on a site's behalf is not something an Agentbox agent is given; when a page shows one, hand the desktop to a person (take-over) instead",
+        operations: &[
+            ("GET", "/v1/browser/captcha/detect"),
+            ("POST", "/v1/browser/captcha/wait"),
+        ],
+    },
+];
+
+const NOT_YET: &str = "not implemented in sandboxd yet (planned: issue 11, AIO parity part two)";
+
+/// Planned, not served yet.
+pub const PLANNED: &[Family] = &[
+    Family {
+        name: "Jupyter code execution (/v1/jupyter)",
+        prefixes: &["/v1/jupyter"],
+        reason: NOT_YET,
+        operations: &[
+            ("POST", "/v1/jupyter/execute"),
+            ("GET", "/v1/jupyter/info"),
+            ("GET", "/v1/jupyter/sessions"),
+            ("DELETE", "/v1/jupyter/sessions"),
+            ("POST", "/v1/jupyter/sessions/create"),
+            ("DELETE", "/v1/jupyter/sessions/{session_id}"),
+        ],
+    },
+    Family {
+        name: "code execution (/v1/code)",
+        prefixes: &["/v1/code"],
+        reason: NOT_YET,
+        operations: &[("POST", "/v1/code/execute"), ("GET", "/v1/code/info")],
+    },
+    Family {
+        name: "Node.js execution (/v1/nodejs)",
+        prefixes: &["/v1/nodejs"],
+        reason: NOT_YET,
+        operations: &[
+            ("POST", "/v1/nodejs/execute"),
+            ("GET", "/v1/nodejs/info"),
+            ("GET", "/v1/nodejs/sessions"),
+            ("POST", "/v1/nodejs/sessions"),
+            ("GET", "/v1/nodejs/sessions/{session_id}"),
+            ("PATCH", "/v1/nodejs/sessions/{session_id}"),
+            ("DELETE", "/v1/nodejs/sessions/{session_id}"),
+        ],
+    },
+    Family {
+        name: "file watches (/v1/file/watch)",
+        prefixes: &["/v1/file/watch"],
+        reason: NOT_YET,
+        operations: &[
+            ("GET", "/v1/file/watch"),
+            ("POST", "/v1/file/watch"),
+            ("POST", "/v1/file/watch/wait"),
+            ("DELETE", "/v1/file/watch/{watcher_id}"),
+            ("GET", "/v1/file/watch/{watcher_id}/events"),
+            ("POST", "/v1/file/watch/{watcher_id}/poll"),
+        ],
+    },
+    Family {
+        name: "recording (/v1/display/record, /v1/browser/page/record)",
+        prefixes: &["/v1/display/record", "/v1/browser/page/record"],
+        reason: NOT_YET,
+        operations: &[
+            ("POST", "/v1/display/record"),
+            ("POST", "/v1/browser/page/record"),
+        ],
+    },
+    Family {
+        name: "the MCP REST view (/v1/mcp)",
+        prefixes: &["/v1/mcp"],
+        reason: "not implemented in sandboxd yet (planned: issue 11); the same tools are served over MCP at /mcp",
+        operations: &[
+            ("GET", "/v1/mcp/servers"),
+            ("GET", "/v1/mcp/{server_name}/tools"),
+            ("POST", "/v1/mcp/{server_name}/tools/{tool_name}"),
+        ],
+    },
+    Family {
+        name: "the rest of the browser API (cookies, network, state, config, restart, more page actions)",
+        prefixes: &[
+            "/v1/browser/cookies",
+            "/v1/browser/network",
+            "/v1/browser/state",
+            "/v1/browser/config",
+            "/v1/browser/restart",
+            "/v1/browser/page/check",
+            "/v1/browser/page/uncheck",
+            "/v1/browser/page/console",
+            "/v1/browser/page/elements",
+            "/v1/browser/page/fill_form",
+            "/v1/browser/page/find_text",
+            "/v1/browser/page/scroll_to_element",
+            "/v1/browser/page/select_option",
+            "/v1/browser/page/upload_file",
+        ],
+        reason: NOT_YET,
+        operations: &[
+            ("GET", "/v1/browser/cookies"),
+            ("POST", "/v1/browser/cookies"),
+            ("DELETE", "/v1/browser/cookies"),
+            ("POST", "/v1/browser/network/export_har"),
+            ("POST", "/v1/browser/network/headers"),
+            ("GET", "/v1/browser/network/requests"),
+            ("POST", "/v1/browser/network/route"),
+            ("DELETE", "/v1/browser/network/route"),
+            ("POST", "/v1/browser/network/scoped_headers"),
+            ("POST", "/v1/browser/state/save"),
+            ("POST", "/v1/browser/state/load"),
+            ("POST", "/v1/browser/config"),
+            ("POST", "/v1/browser/restart"),
+            ("POST", "/v1/browser/page/check"),
+            ("POST", "/v1/browser/page/uncheck"),
+            ("GET", "/v1/browser/page/console"),
+            ("POST", "/v1/browser/page/console/export"),
+            ("GET", "/v1/browser/page/elements"),
+            ("POST", "/v1/browser/page/fill_form"),
+            ("POST", "/v1/browser/page/find_text"),
+            ("POST", "/v1/browser/page/scroll_to_element"),
+            ("POST", "/v1/browser/page/select_option"),
+            ("POST", "/v1/browser/page/upload_file"),
+        ],
+    },
+    Family {
+        name: "package listings (/v1/sandbox/packages)",
+        prefixes: &["/v1/sandbox/packages"],
+        reason: NOT_YET,
+        operations: &[
+            ("GET", "/v1/sandbox/packages/python"),
+            ("GET", "/v1/sandbox/packages/nodejs"),
+        ],
+    },
+    Family {
+        name: "conversion to Markdown (/v1/util/convert_to_markdown)",
+        prefixes: &["/v1/util/convert_to_markdown"],
+        reason: NOT_YET,
+        operations: &[("POST", "/v1/util/convert_to_markdown")],
+    },
+];
+
+/// Routes for [`UNSUPPORTED`]: every method on each prefix and everything below it.
+pub fn routes() -> axum::Router<AppState> {
+    let mut router = axum::Router::new();
+    for family in UNSUPPORTED {
+        for prefix in family.prefixes {
+            router = router
+                .route(prefix, axum::routing::any(not_supported))
+                .route(
+                    &format!("{prefix}/{{*rest}}"),
+                    axum::routing::any(not_supported),
+                );
+        }
+    }
+    router
+}
+
+/// The family `path` belongs to in `families`.
+fn family_of<'a>(families: &'a [Family], path: &str) -> Option<&'a Family> {
+    families.iter().find(|family| {
+        family.prefixes.iter().any(|prefix| {
+            path.strip_prefix(prefix)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    })
+}
+
+fn answer(family: &Family, method: &str, path: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        format!(
+            "{method} {path}: {} is not supported by sandboxd: {}",
+            family.name, family.reason
+        ),
+    )
+}
+
+async fn not_supported(request: Request) -> ApiError {
+    let path = request.uri().path();
+    match family_of(UNSUPPORTED, path) {
+        Some(family) => answer(family, request.method().as_str(), path),
+        // Unreachable: the routes are made from the same prefixes.
+        None => ApiError::not_found(format!("no route {} {path}", request.method())),
+    }
+}
+
+/// The 501 for a path no route took that belongs to a [`PLANNED`] family.
+pub fn planned(method: &str, path: &str) -> Option<ApiError> {
+    family_of(PLANNED, path).map(|family| answer(family, method, path))
+}
+
+/// Documents every operation of both lists with its 501, unless a route documents it already.
+pub fn document(document: &mut OpenApi) {
+    let reply = agentbox_http::openapi::error_answer(
+        "Not supported by sandboxd; the message says what and why.",
+        "ErrorBody",
+    );
+    for family in UNSUPPORTED.iter().chain(PLANNED) {
+        for (method, path) in family.operations {
+            let Some(method) = http_method(method) else {
+                continue;
+            };
+            let item = document.paths.paths.entry(path.to_string()).or_default();
+            let slot = match method {
+                HttpMethod::Get => &mut item.get,
+                HttpMethod::Post => &mut item.post,
+                HttpMethod::Put => &mut item.put,
+                HttpMethod::Delete => &mut item.delete,
+                HttpMethod::Patch => &mut item.patch,
+                _ => continue,
+            };
+            if slot.is_some() {
+                continue;
+            }
+            *slot = Some(operation(family, path, reply.clone()));
+        }
+    }
+}
+
+fn operation(
+    family: &Family,
+    path: &str,
+    reply: utoipa::openapi::RefOr<utoipa::openapi::Response>,
+) -> Operation {
+    let parameters = path
+        .split('/')
+        .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Path)
+                .required(utoipa::openapi::Required::True)
+                .schema(Some(
+                    utoipa::openapi::ObjectBuilder::new()
+                        .schema_type(utoipa::openapi::Type::String),
+                ))
+                .build()
+        })
+        .collect::<Vec<_>>();
+    OperationBuilder::new()
+        .tag("not supported")
+        .summary(Some(format!("Not supported: {}", family.name)))
+        .description(Some(format!(
+            "Answers 501: {} is not supported by sandboxd: {}.",
+            family.name, family.reason
+        )))
+        .parameters(Some(parameters))
+        .response("501", reply)
+        .build()
+}
+
+fn http_method(method: &str) -> Option<HttpMethod> {
+    Some(match method {
+        "GET" => HttpMethod::Get,
+        "POST" => HttpMethod::Post,
+        "PUT" => HttpMethod::Put,
+        "DELETE" => HttpMethod::Delete,
+        "PATCH" => HttpMethod::Patch,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_belong_to_their_family_only_at_segment_boundaries() {
+        assert!(family_of(UNSUPPORTED, "/v1/skills").is_some());
+        assert!(family_of(UNSUPPORTED, "/v1/skills/x/content").is_some());
+        assert!(family_of(UNSUPPORTED, "/v1/skillset").is_none());
+        assert!(planned("GET", "/v1/jupyter/info").is_some());
+        assert!(planned("GET", "/v1/jupyterx").is_none());
+        assert!(planned("POST", "/v1/shell/exec").is_none());
+    }
+}
