@@ -19,7 +19,7 @@ use super::error::ApiError;
 use super::extract::AioJson;
 use super::shell::{
     MAX_COMMAND_BYTES, MAX_INPUT_BYTES, SETTLE_LIMIT, TIMEOUT_RANGE, WAIT_RANGE, session_id,
-    validate_command,
+    start_in_session, validate_command,
 };
 use super::types::{
     BashCloseResult, BashCommandInfo, BashCreateSessionRequest, BashExecRequest, BashExecResult,
@@ -90,20 +90,9 @@ pub async fn exec(
         .exec_dir
         .map(|dir| existing_dir("exec_dir", dir))
         .transpose()?;
-    let shell = &state.shell;
-    let (session, _) = shell.create_session(NewSession {
+    let (session, job) = start_in_session(
+        &state.shell,
         id,
-        ..NewSession::default()
-    })?;
-    // The previous command answered before it saved the session's state; this one starts from
-    // that state.
-    if let Some(previous) = session.current_job()
-        && !previous.is_running()
-    {
-        previous.settled(SETTLE_LIMIT).await;
-    }
-    let job = shell.start(
-        &session,
         CommandRequest {
             command,
             exec_dir,
@@ -112,7 +101,8 @@ pub async fn exec(
             env,
             ..CommandRequest::default()
         },
-    )?;
+    )
+    .await?;
     let waited = request.async_mode != Some(true);
     if waited {
         job.wait(timeout, None).await;

@@ -150,20 +150,9 @@ pub async fn run_exec(
             }
         }
     };
-    let shell = &state.shell;
-    let (session, _) = shell.create_session(NewSession {
+    let (session, job) = start_in_session(
+        &state.shell,
         id,
-        ..NewSession::default()
-    })?;
-    // The previous command answered before it saved the session's state; this one starts from
-    // that state.
-    if let Some(previous) = session.current_job()
-        && !previous.is_running()
-    {
-        previous.settled(SETTLE_LIMIT).await;
-    }
-    let job = shell.start(
-        &session,
         CommandRequest {
             command,
             exec_dir,
@@ -171,7 +160,8 @@ pub async fn run_exec(
             preserve_symlinks: request.preserve_symlinks,
             ..CommandRequest::default()
         },
-    )?;
+    )
+    .await?;
     let waited = if request.async_mode == Some(true) {
         BashCommandStatus::Running
     } else {
@@ -540,4 +530,25 @@ pub(super) fn validate_command(command: String) -> Result<String, ApiError> {
 /// A session or terminal id: 1 to 128 characters, no control characters.
 pub(super) fn session_id(field: &str, id: String) -> Result<String, ApiError> {
     validate::identifier(field, id, crate::shell::MAX_ID_LEN)
+}
+
+/// Opens session `id` (a new one if None or unknown) and starts `request` in it, once the
+/// session's previous command has saved its state: that command answered before it did, and
+/// this one starts from that state.
+pub(super) async fn start_in_session(
+    shell: &Arc<crate::shell::Shell>,
+    id: Option<String>,
+    request: CommandRequest,
+) -> Result<(Arc<Session>, Arc<Job>), ApiError> {
+    let (session, _) = shell.create_session(NewSession {
+        id,
+        ..NewSession::default()
+    })?;
+    if let Some(previous) = session.current_job()
+        && !previous.is_running()
+    {
+        previous.settled(SETTLE_LIMIT).await;
+    }
+    let job = shell.start(&session, request)?;
+    Ok((session, job))
 }
