@@ -122,6 +122,11 @@ prepare() {
   fi
   ensure_command docker-compose docker-compose || return 1
   ensure_command python3 python3 || return 1
+  # sandboxd's code execution tests run a real IPython kernel and Node on the host, as the
+  # image does.
+  /usr/bin/python3 -c 'import ipykernel' 2>/dev/null ||
+    ensure_command /nonexistent/python3-ipykernel python3-ipykernel || return 1
+  ensure_command node nodejs || return 1
   # The web console's end-to-end tests drive Debian's Chromium through Playwright.
   ensure_command chromium chromium || return 1
   python3 -c 'import venv, ensurepip' 2>/dev/null || ensure_command /nonexistent/python3-venv python3-venv || return 1

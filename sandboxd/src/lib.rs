@@ -14,6 +14,8 @@
 //!   desktop actions checked and performed.
 //! - [`files`]: the file operations behind `/v1/file/*`, confined to the allowed roots.
 //! - [`browser`]: the browser capability (Chromium over CDP) behind `/v1/browser/...`.
+//! - [`jupyter`]: Python code on IPython kernels, in sessions.
+//! - [`nodejs`]: JavaScript on Node, stateless runs and sessions.
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`vnc`]: the VNC server's passwords and the RFB handshakes behind `/vnc/websockify`.
 //! - [`tickets`]: single-use tickets and viewer sessions for browsers.
@@ -24,6 +26,8 @@ pub mod browser;
 pub mod config;
 pub mod desktop_session;
 pub mod files;
+pub mod jupyter;
+pub mod nodejs;
 pub mod pid1;
 pub mod shell;
 pub mod system_info;
@@ -96,6 +100,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone())
         .with_vnc_passwords(vnc_passwords);
     let shell = state.shell.clone();
+    api::spawn_code_reapers(&state);
     let app = api::router(state);
     // Building the router generated the OpenAPI descriptions of every route, then dropped
     // them; hand the freed heap back to the kernel so an idle sandboxd stays small.

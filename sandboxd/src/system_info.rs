@@ -320,7 +320,11 @@ fn parse_node_version(output: &str) -> Option<String> {
 
 /// Runs `program args` through the reaper, in a process group of its own killed if it outlives
 /// `limit`; its standard output (at most 4 KiB) if it exits with 0.
-async fn run_for_output(program: &Path, args: &[&str], limit: Duration) -> Option<String> {
+pub(crate) async fn run_for_output(
+    program: &Path,
+    args: &[&str],
+    limit: Duration,
+) -> Option<String> {
     let mut command = Command::new(program);
     command
         .args(args)

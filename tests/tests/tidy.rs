@@ -107,6 +107,18 @@ const COMMAND_BUILDERS: &[(&str, &str)] = &[
         "the bash of a terminal, spawned through the reaper",
     ),
     (
+        "sandboxd/src/jupyter/kernel.rs",
+        "an IPython kernel, spawned through the reaper",
+    ),
+    (
+        "sandboxd/src/nodejs/mod.rs",
+        "a stateless node run, spawned through the reaper",
+    ),
+    (
+        "sandboxd/src/nodejs/session.rs",
+        "a Node session's node, spawned through the reaper",
+    ),
+    (
         "sandboxd/src/system_info.rs",
         "`node --version` for GET /v1/sandbox, spawned through the reaper",
     ),

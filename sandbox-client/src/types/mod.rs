@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod bash;
 pub mod browser;
+pub mod code;
 pub mod common;
 pub mod desktop;
 pub mod file;
@@ -22,6 +23,7 @@ pub mod tickets;
 pub use activity::*;
 pub use bash::*;
 pub use browser::*;
+pub use code::*;
 pub use common::*;
 pub use desktop::*;
 pub use file::*;

@@ -14,7 +14,9 @@ pub mod auth;
 pub mod bash;
 pub mod browser;
 pub mod cdp;
+pub mod code;
 pub mod desktop;
+pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod file;
@@ -68,6 +70,11 @@ pub struct AppState {
     pub tickets: Arc<crate::tickets::Tickets>,
     /// HTTP client for loopback services (Chromium's DevTools endpoint).
     pub http: reqwest::Client,
+    /// Jupyter sessions behind `/v1/jupyter/*` (kernels start on first use).
+    pub jupyter: Arc<crate::jupyter::Jupyter>,
+    /// Node sessions and runs behind `/v1/nodejs/*`.
+    pub node: Arc<crate::nodejs::NodeSessions>,
+
     request_ids: RequestIds,
 }
 
@@ -94,7 +101,10 @@ impl AppState {
             // A client without TLS or proxies only fails to build on a broken resolver setup;
             // the default client has the same needs.
             .unwrap_or_default();
+        let (jupyter, node) = code_runtimes(&settings);
         Self {
+            jupyter,
+            node,
             files: Arc::new(file::service(&settings)),
             browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
             vnc: Arc::new(vnc),
@@ -126,6 +136,58 @@ impl AppState {
     }
 }
 
+/// Who code runs as: sandboxd's own user, or the unprivileged user when sandboxd is root.
+fn code_user() -> Option<(u32, u32)> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return None;
+    }
+    match nix::unistd::User::from_name(crate::shell::UNPRIVILEGED_USER) {
+        Ok(Some(user)) => Some((user.uid.as_raw(), user.gid.as_raw())),
+        _ => None,
+    }
+}
+
+/// The Jupyter and Node runtimes, with their limits. Kernels and sockets live in a private
+/// directory of their own.
+fn code_runtimes(
+    settings: &Settings,
+) -> (
+    Arc<crate::jupyter::Jupyter>,
+    Arc<crate::nodejs::NodeSessions>,
+) {
+    use std::path::PathBuf;
+    use std::time::Duration;
+    let base = std::env::temp_dir().join(format!("agentbox-code-{}", std::process::id()));
+    let run_as = code_user();
+    let jupyter = crate::jupyter::Jupyter::new(crate::jupyter::JupyterConfig {
+        python: PathBuf::from("/usr/bin/python3"),
+        runtime_dir: base.join("jupyter"),
+        workspace: settings.workspace.clone(),
+        run_as,
+        max_sessions: 8,
+        idle_expiry: Duration::from_secs(30 * 60),
+        output: crate::jupyter::OutputLimits {
+            max_bytes: 8 * 1024 * 1024,
+        },
+    });
+    let node = crate::nodejs::NodeSessions::new(crate::nodejs::NodeConfig {
+        node: PathBuf::from("/usr/bin/node"),
+        runtime_dir: base.join("node"),
+        workspace: settings.workspace.clone(),
+        run_as,
+        output_limit: 1024 * 1024,
+        max_sessions: 16,
+        default_idle: Duration::from_secs(30 * 60),
+    });
+    (Arc::new(jupyter), Arc::new(node))
+}
+
+/// Starts the background expiry of idle code sessions.
+pub fn spawn_code_reapers(state: &AppState) {
+    state.jupyter.spawn_reaper();
+    state.node.spawn_reaper();
+}
+
 /// The routes that need the API key, with their OpenAPI description.
 fn protected_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
@@ -139,6 +201,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(file::routes())
         .merge(browser::routes())
         .merge(tickets::routes())
+        .merge(code::routes())
 }
 
 /// The generated OpenAPI document of the whole API.
@@ -167,6 +230,7 @@ pub fn router(state: AppState) -> Router {
     let (protected, _) = protected_routes().split_for_parts();
     let protected = protected
         .merge(openapi::routes())
+        .merge(docs::routes())
         .merge(cdp::routes())
         .merge(unsupported::routes())
         .merge(vnc::keyed_routes())

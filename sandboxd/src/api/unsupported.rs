@@ -100,39 +100,6 @@ const NOT_YET: &str = "not implemented in sandboxd yet (planned: issue 11, AIO p
 /// Planned, not served yet.
 pub const PLANNED: &[Family] = &[
     Family {
-        name: "Jupyter code execution (/v1/jupyter)",
-        prefixes: &["/v1/jupyter"],
-        reason: NOT_YET,
-        operations: &[
-            ("POST", "/v1/jupyter/execute"),
-            ("GET", "/v1/jupyter/info"),
-            ("GET", "/v1/jupyter/sessions"),
-            ("DELETE", "/v1/jupyter/sessions"),
-            ("POST", "/v1/jupyter/sessions/create"),
-            ("DELETE", "/v1/jupyter/sessions/{session_id}"),
-        ],
-    },
-    Family {
-        name: "code execution (/v1/code)",
-        prefixes: &["/v1/code"],
-        reason: NOT_YET,
-        operations: &[("POST", "/v1/code/execute"), ("GET", "/v1/code/info")],
-    },
-    Family {
-        name: "Node.js execution (/v1/nodejs)",
-        prefixes: &["/v1/nodejs"],
-        reason: NOT_YET,
-        operations: &[
-            ("POST", "/v1/nodejs/execute"),
-            ("GET", "/v1/nodejs/info"),
-            ("GET", "/v1/nodejs/sessions"),
-            ("POST", "/v1/nodejs/sessions"),
-            ("GET", "/v1/nodejs/sessions/{session_id}"),
-            ("PATCH", "/v1/nodejs/sessions/{session_id}"),
-            ("DELETE", "/v1/nodejs/sessions/{session_id}"),
-        ],
-    },
-    Family {
         name: "file watches (/v1/file/watch)",
         prefixes: &["/v1/file/watch"],
         reason: NOT_YET,
@@ -356,8 +323,8 @@ mod tests {
         assert!(family_of(UNSUPPORTED, "/v1/skills").is_some());
         assert!(family_of(UNSUPPORTED, "/v1/skills/x/content").is_some());
         assert!(family_of(UNSUPPORTED, "/v1/skillset").is_none());
-        assert!(planned("GET", "/v1/jupyter/info").is_some());
-        assert!(planned("GET", "/v1/jupyterx").is_none());
+        assert!(planned("GET", "/v1/sandbox/packages/python").is_some());
+        assert!(planned("GET", "/v1/sandbox/packagesx").is_none());
         assert!(planned("POST", "/v1/shell/exec").is_none());
     }
 }

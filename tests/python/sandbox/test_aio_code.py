@@ -1,0 +1,201 @@
+"""AIO's code execution (``client.jupyter``, ``client.nodejs``, ``client.code``) through AIO's
+own SDK, unchanged, against sandboxd in the image: real IPython kernels and a real Node; every
+method parses into the SDK's typed models and has its effect."""
+
+import base64
+import time
+
+import pytest
+from agent_sandbox.core.api_error import ApiError
+from agent_sandbox.types import (
+    ActiveSessionsResult,
+    CodeExecuteResponse,
+    CodeInfoResponse,
+    JupyterCreateSessionResponse,
+    JupyterExecuteResponse,
+    JupyterInfoResponse,
+    NodeJsCreateSessionResponse,
+    NodeJsExecuteResponse,
+    NodeJsRuntimeInfo,
+    NodeJsSessionListResponse,
+    NodeJsSessionResponse,
+    NodeJsUpdateSessionResponse,
+    ResponseCodeExecuteResponse,
+    ResponseJupyterExecuteResponse,
+)
+
+# A PNG of one red pixel, drawn by the kernel through IPython's display machinery.
+PNG_CODE = """
+import base64
+from IPython.display import Image, display
+png = base64.b64decode(
+    'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==')
+display(Image(data=png))
+"""
+
+
+def test_readme_example_runs_unchanged(client):
+    """The calls of AIO's README: context, a shell command, a file read and Jupyter."""
+    context = client.sandbox.get_context()
+    home_dir = context.home_dir
+    result = client.shell.exec_command(command="ls -la")
+    assert result.data.output
+    content = client.file.read_file(file=f"{home_dir}/.bashrc")
+    assert content.data.content is not None
+    answer = client.jupyter.execute_code(code="print('Hello from Jupyter')")
+    assert isinstance(answer, ResponseJupyterExecuteResponse)
+    assert answer.data.outputs[0].text == "Hello from Jupyter\n"
+
+
+def test_jupyter_state_persists_and_outputs_are_rich(client):
+    created = client.jupyter.create_session(session_id="sdk-jupyter", kernel_name="python3")
+    assert isinstance(created.data, JupyterCreateSessionResponse)
+    assert created.data.session_id == "sdk-jupyter"
+    client.jupyter.execute_code(code="x = 20", session_id="sdk-jupyter")
+    answer = client.jupyter.execute_code(code="print('sum', x + 1)\nx * 2", session_id="sdk-jupyter")
+    result = answer.data
+    assert isinstance(result, JupyterExecuteResponse)
+    assert result.status == "ok"
+    assert result.session_id == "sdk-jupyter"
+    kinds = [o.output_type for o in result.outputs]
+    assert kinds == ["stream", "execute_result"], kinds
+    assert result.outputs[0].name == "stdout" and result.outputs[0].text == "sum 21\n"
+    assert result.outputs[1].data["text/plain"] == "40"
+    assert result.execution_count == result.outputs[1].execution_count == 2
+
+    # Images arrive base64-encoded under their MIME type.
+    shown = client.jupyter.execute_code(code=PNG_CODE, session_id="sdk-jupyter").data
+    images = [o for o in shown.outputs if o.output_type == "display_data"]
+    assert images, shown.outputs
+    assert base64.b64decode(images[0].data["image/png"]).startswith(b"\x89PNG")
+
+    # An exception is an answer with a traceback, not an HTTP error.
+    failed = client.jupyter.execute_code(code="1 / 0", session_id="sdk-jupyter").data
+    assert failed.status == "error"
+    error = failed.outputs[-1]
+    assert (error.output_type, error.ename) == ("error", "ZeroDivisionError")
+    assert any("1 / 0" in line for line in error.traceback)
+    assert "\x1b[" not in "".join(error.traceback), "tracebacks carry no terminal colours"
+
+    sessions = client.jupyter.list_sessions().data
+    assert isinstance(sessions, ActiveSessionsResult)
+    assert sessions.sessions["sdk-jupyter"].kernel_name == "python3"
+    client.jupyter.delete_session(session_id="sdk-jupyter")
+    assert "sdk-jupyter" not in client.jupyter.list_sessions().data.sessions
+    with pytest.raises(ApiError) as missing:
+        client.jupyter.delete_session(session_id="sdk-jupyter")
+    assert missing.value.status_code == 404
+
+
+def test_jupyter_timeout_interrupts_and_the_session_survives(client):
+    client.jupyter.execute_code(code="kept = 'still here'", session_id="sdk-timeout")
+    started = time.monotonic()
+    answer = client.jupyter.execute_code(
+        code="import time\nprint('before', flush=True)\ntime.sleep(60)", session_id="sdk-timeout", timeout=2
+    ).data
+    assert time.monotonic() - started < 20
+    assert answer.status == "timeout"
+    assert answer.outputs[0].text == "before\n"
+    assert any(o.ename == "KeyboardInterrupt" for o in answer.outputs if o.output_type == "error")
+    after = client.jupyter.execute_code(code="kept", session_id="sdk-timeout").data
+    assert after.outputs[0].data["text/plain"] == "'still here'"
+    client.jupyter.delete_session(session_id="sdk-timeout")
+
+
+def test_a_dead_kernel_is_reported_and_replaced(client):
+    client.jupyter.execute_code(code="value = 1", session_id="sdk-dies")
+    died = client.jupyter.execute_code(code="import os; os._exit(1)", session_id="sdk-dies").data
+    assert died.status == "error"
+    assert died.outputs[-1].ename == "KernelDied"
+    # The next execution runs on a new kernel: the old state is gone, the session works.
+    fresh = client.jupyter.execute_code(code="'value' in globals()", session_id="sdk-dies").data
+    assert fresh.status == "ok"
+    assert fresh.outputs[0].data["text/plain"] == "False"
+    client.jupyter.delete_session(session_id="sdk-dies")
+
+
+def test_jupyter_info_and_bad_input(client, sandbox):
+    info = client.jupyter.get_info().data
+    assert isinstance(info, JupyterInfoResponse)
+    assert info.default_kernel == "python3" and "python3" in info.available_kernels
+    status, body = sandbox.request("POST", "/v1/jupyter/execute", {"code": "1", "kernel_name": "ruby"})
+    assert status == 422 and "kernel_name" in body["message"]
+    status, body = sandbox.request("POST", "/v1/jupyter/execute", {"code": "1", "timeout": 0})
+    assert status == 422 and "timeout" in body["message"]
+    status, body = sandbox.request("POST", "/v1/jupyter/execute", {"code": "1", "cwd": "relative"})
+    assert status == 422 and "cwd" in body["message"]
+    status, body = sandbox.request("POST", "/v1/jupyter/sessions/create", {"session_id": "dup"})
+    assert status == 200
+    status, body = sandbox.request("POST", "/v1/jupyter/sessions/create", {"session_id": "dup"})
+    assert status == 409
+    client.jupyter.delete_sessions()
+    assert client.jupyter.list_sessions().data.sessions == {}
+
+
+def test_nodejs_stateless_runs_with_files_and_stdin(client):
+    answer = client.nodejs.execute_code(
+        code="const fs = require('fs');\n"
+        "const input = fs.readFileSync(0, 'utf8');\n"
+        "console.log(fs.readFileSync('data.txt', 'utf8') + input.trim());\n"
+        "console.error('to stderr');",
+        files={"data.txt": "from a file, "},
+        stdin="from stdin\n",
+    ).data
+    assert isinstance(answer, NodeJsExecuteResponse)
+    assert answer.status == "ok" and answer.exit_code == 0
+    assert answer.stdout == "from a file, from stdin\n"
+    assert answer.stderr == "to stderr\n"
+
+    failed = client.nodejs.execute_code(code="null.x").data
+    assert failed.status == "error" and failed.exit_code == 1
+    assert failed.outputs[-1].ename == "TypeError"
+
+    started = time.monotonic()
+    slow = client.nodejs.execute_code(code="setInterval(() => {}, 1000)", timeout=1).data
+    assert slow.status == "timeout"
+    assert time.monotonic() - started < 15
+
+
+def test_nodejs_sessions_keep_globals(client):
+    created = client.nodejs.create_session(session_id="sdk-node", max_idle_time=60000).data
+    assert isinstance(created, NodeJsCreateSessionResponse) and created.created
+    client.nodejs.execute_code(code="var total = 40; function add(n) { total += n; }", session_id="sdk-node")
+    answer = client.nodejs.execute_code(code="add(2); console.log('now', total); total", session_id="sdk-node").data
+    assert answer.status == "ok", answer
+    assert answer.stdout == "now 42\n"
+    assert answer.outputs[-1].data["text/plain"] == "42"
+    awaited = client.nodejs.execute_code(
+        code="const v = await new Promise(r => setTimeout(() => r(7), 10)); return v * 6;", session_id="sdk-node"
+    ).data
+    assert awaited.outputs[-1].data["text/plain"] == "42", awaited
+    listed = client.nodejs.list_sessions().data
+    assert isinstance(listed, NodeJsSessionListResponse) and "sdk-node" in listed.sessions
+    one = client.nodejs.get_session(session_id="sdk-node").data
+    assert isinstance(one, NodeJsSessionResponse) and one.session.state == "IDLE"
+    updated = client.nodejs.update_session(session_id="sdk-node", max_idle_time=120000).data
+    assert isinstance(updated, NodeJsUpdateSessionResponse) and updated.session.max_idle_time == 120000
+    assert client.nodejs.delete_session(session_id="sdk-node").data.deleted
+    with pytest.raises(ApiError) as missing:
+        client.nodejs.get_session(session_id="sdk-node")
+    assert missing.value.status_code == 404
+    info = client.nodejs.get_info().data
+    assert isinstance(info, NodeJsRuntimeInfo) and info.node_version.startswith("v")
+
+
+def test_code_dispatches_by_language(client, sandbox):
+    python = client.code.execute_code(language="python", code="print(6 * 7)")
+    assert isinstance(python, ResponseCodeExecuteResponse)
+    assert isinstance(python.data, CodeExecuteResponse)
+    assert (python.data.status, python.data.stdout) == ("ok", "42\n")
+    assert python.data.session_id is None, "a stateless call keeps no session"
+    stateful = client.code.execute_code(language="python", code="y = 5", stateful=True).data
+    again = client.code.execute_code(language="python", code="print(y)", session_id=stateful.session_id).data
+    assert again.stdout == "5\n"
+    js = client.code.execute_code(language="javascript", code="console.log([1,2,3].map(n => n * 2).join(','))").data
+    assert (js.status, js.stdout, js.exit_code) == ("ok", "2,4,6\n", 0)
+    info = client.code.get_info().data
+    assert isinstance(info, CodeInfoResponse)
+    assert {lang.language for lang in info.languages} == {"python", "javascript"}
+    status, body = sandbox.request("POST", "/v1/code/execute", {"language": "cobol", "code": "x"})
+    assert status == 422 and "language" in body["message"]
+    client.jupyter.delete_session(session_id=stateful.session_id)
