@@ -25,6 +25,7 @@ pub mod config;
 pub mod desktop_session;
 pub mod files;
 pub mod pid1;
+pub mod recording;
 pub mod shell;
 pub mod system_info;
 pub mod tickets;
@@ -96,6 +97,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone())
         .with_vnc_passwords(vnc_passwords);
     let shell = state.shell.clone();
+    let recorder = state.recorder.clone();
     let app = api::router(state);
     // Building the router generated the OpenAPI descriptions of every route, then dropped
     // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
@@ -135,6 +137,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }
     }
 
+    recorder.shutdown().await;
     shell.shutdown().await;
     supervisor.shutdown().await;
     let _ = stop_http_tx.send(());

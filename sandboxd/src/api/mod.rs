@@ -22,6 +22,7 @@ pub mod health;
 pub mod mcp;
 pub mod openapi;
 pub mod processes;
+pub mod record;
 pub mod sandbox;
 pub mod shell;
 pub mod tickets;
@@ -66,6 +67,8 @@ pub struct AppState {
     pub vnc: Arc<crate::vnc::VncGateway>,
     /// Tickets and viewer sessions for browsers.
     pub tickets: Arc<crate::tickets::Tickets>,
+    /// The display's recorder (`/v1/display/record`).
+    pub recorder: Arc<crate::recording::Recorder>,
     /// HTTP client for loopback services (Chromium's DevTools endpoint).
     pub http: reqwest::Client,
     request_ids: RequestIds,
@@ -99,6 +102,12 @@ impl AppState {
             browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
             vnc: Arc::new(vnc),
             tickets: Arc::new(crate::tickets::Tickets::new()),
+            recorder: Arc::new(crate::recording::Recorder::new(
+                "ffmpeg",
+                settings.display.clone(),
+                (settings.screen.width, settings.screen.height),
+                crate::recording::Limits::default(),
+            )),
             http,
             supervisor,
             settings,
@@ -133,6 +142,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(activity::routes())
         .merge(processes::routes())
         .merge(desktop::routes())
+        .merge(record::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
         .merge(bash::routes())
