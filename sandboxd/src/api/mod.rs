@@ -20,6 +20,7 @@ pub mod extract;
 pub mod file;
 pub mod health;
 pub mod mcp;
+pub mod mcp_rest;
 pub mod openapi;
 pub mod processes;
 pub mod record;
@@ -143,6 +144,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(processes::routes())
         .merge(desktop::routes())
         .merge(record::routes())
+        .merge(mcp_rest::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
         .merge(bash::routes())

@@ -153,16 +153,6 @@ pub const PLANNED: &[Family] = &[
         ],
     },
     Family {
-        name: "the MCP REST view (/v1/mcp)",
-        prefixes: &["/v1/mcp"],
-        reason: "not implemented in sandboxd yet (planned: issue 11); the same tools are served over MCP at /mcp",
-        operations: &[
-            ("GET", "/v1/mcp/servers"),
-            ("GET", "/v1/mcp/{server_name}/tools"),
-            ("POST", "/v1/mcp/{server_name}/tools/{tool_name}"),
-        ],
-    },
-    Family {
         name: "the rest of the browser API (cookies, network, state, config, restart, more page actions)",
         prefixes: &[
             "/v1/browser/cookies",
