@@ -24,6 +24,7 @@ pub mod browser;
 pub mod config;
 pub mod desktop_session;
 pub mod files;
+pub mod markdown;
 pub mod pid1;
 pub mod recording;
 pub mod shell;

@@ -20,6 +20,7 @@ pub mod record;
 pub mod sandbox;
 pub mod shell;
 pub mod tickets;
+pub mod util;
 
 pub use activity::*;
 pub use bash::*;
@@ -34,3 +35,4 @@ pub use record::*;
 pub use sandbox::*;
 pub use shell::*;
 pub use tickets::*;
+pub use util::*;

@@ -29,6 +29,7 @@ pub mod shell;
 pub mod tickets;
 pub mod types;
 pub mod unsupported;
+pub mod util;
 pub mod validate;
 pub mod vnc;
 
@@ -145,6 +146,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(desktop::routes())
         .merge(record::routes())
         .merge(mcp_rest::routes())
+        .merge(util::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
         .merge(bash::routes())

@@ -206,12 +206,6 @@ pub const PLANNED: &[Family] = &[
             ("GET", "/v1/sandbox/packages/nodejs"),
         ],
     },
-    Family {
-        name: "conversion to Markdown (/v1/util/convert_to_markdown)",
-        prefixes: &["/v1/util/convert_to_markdown"],
-        reason: NOT_YET,
-        operations: &[("POST", "/v1/util/convert_to_markdown")],
-    },
 ];
 
 /// Routes for [`UNSUPPORTED`]: every method on each prefix and everything below it.
