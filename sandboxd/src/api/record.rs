@@ -45,8 +45,8 @@ pub async fn record(
             let limits = recorder.limits();
             let max = limits.max_duration.as_secs_f64();
             let ask = Request {
-                fps: whole("fps", request.fps, 1, u32::MAX)?,
-                crf: whole("crf", request.crf, 0, u32::MAX)?,
+                fps: whole("fps", request.fps, 1, limits.max_fps)?,
+                crf: whole("crf", request.crf, 0, 51)?,
                 max_duration: validate::optional_seconds(
                     "max_duration",
                     request.max_duration,
