@@ -192,7 +192,8 @@ async fn the_openapi_document_describes_every_route() {
             answered_501 += 1;
         }
     }
-    assert!(answered_501 > 70, "{answered_501} operations answer 501");
+    // Many operations were checked (the count falls as planned families become real routes).
+    assert!(answered_501 > 40, "{answered_501} operations answer 501");
     assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
     assert!(doc["paths"]["/v1/processes"]["get"]["security"].is_array());
     assert!(doc["components"]["schemas"]["ProcessInfo"].is_object());
