@@ -27,8 +27,10 @@ pub mod config;
 pub mod desktop_session;
 pub mod files;
 pub mod jupyter;
+pub mod markdown;
 pub mod nodejs;
 pub mod pid1;
+pub mod recording;
 pub mod shell;
 pub mod system_info;
 pub mod tickets;
@@ -101,6 +103,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_vnc_passwords(vnc_passwords);
     let shell = state.shell.clone();
     api::spawn_code_reapers(&state);
+    let recorder = state.recorder.clone();
     let app = api::router(state);
     // Building the router generated the OpenAPI descriptions of every route, then dropped
     // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
@@ -140,6 +143,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }
     }
 
+    recorder.shutdown().await;
     shell.shutdown().await;
     supervisor.shutdown().await;
     let _ = stop_http_tx.send(());

@@ -247,3 +247,161 @@ async fn an_oversize_body_gets_413_and_a_browser_origin_403() {
     let answer = router::send(&fixture.app, request).await;
     assert_eq!(answer.status, StatusCode::FORBIDDEN);
 }
+
+/// The REST view (`/v1/mcp/*`) lists the same tools as `tools/list`, AIO's names among them.
+#[tokio::test]
+async fn the_rest_view_lists_the_mcp_tools_with_aios_names() {
+    let fixture = Fixture::new();
+    let (status, servers) = router::call(&fixture.app, Call::get("/v1/mcp/servers")).await;
+    assert_eq!(status, StatusCode::OK, "{servers}");
+    assert_eq!(servers["data"], json!(["sandbox"]));
+
+    let (status, listed) = router::call(&fixture.app, Call::get("/v1/mcp/sandbox/tools")).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let mut rest: Vec<String> = listed["data"]["tools"]
+        .as_array()
+        .expect("a tool list")
+        .iter()
+        .map(|t| {
+            assert!(t["inputSchema"].is_object(), "{t}");
+            t["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let session = fixture.session().await;
+    let (_, _, answer) = fixture
+        .send(
+            Some(&session),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        )
+        .await;
+    let mut mcp: Vec<String> = answer["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    rest.sort();
+    mcp.sort();
+    assert_eq!(rest, mcp);
+    for aio in [
+        "sandbox_execute_bash",
+        "sandbox_str_replace_editor",
+        "sandbox_get_context",
+        "browser_get_info",
+        "browser_gui_screenshot",
+        "browser_gui_execute_action",
+    ] {
+        assert!(rest.iter().any(|n| n == aio), "{aio} missing from {rest:?}");
+    }
+
+    // Every listed tool can be called through the REST view (none answers 404).
+    for name in &rest {
+        let answer = tokio::time::timeout(
+            Duration::from_secs(30),
+            router::call(
+                &fixture.app,
+                Call::post(format!("/v1/mcp/sandbox/tools/{name}")).json(&json!({})),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not answer within 30 s"));
+        assert_ne!(answer.0, StatusCode::NOT_FOUND, "{name}: {}", answer.1);
+    }
+}
+
+#[tokio::test]
+async fn the_rest_view_calls_tools_confined_like_the_rest_routes() {
+    let fixture = Fixture::new();
+    let path = fixture.root.path().join("m/a.txt").display().to_string();
+    let (status, written) = router::call(
+        &fixture.app,
+        Call::post("/v1/mcp/sandbox/tools/file_write")
+            .json(&json!({"file": path, "content": "via rest\n"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{written}");
+    assert_eq!(written["success"], json!(true), "{written}");
+    assert_eq!(written["data"]["isError"], json!(false), "{written}");
+
+    let (_, read) = router::call(
+        &fixture.app,
+        Call::post("/v1/mcp/sandbox/tools/file_read").json(&json!({"file": path})),
+    )
+    .await;
+    assert_eq!(read["data"]["content"][0]["type"], json!("text"), "{read}");
+    assert_eq!(read["data"]["content"][0]["text"], json!("via rest\n"));
+
+    // AIO's editor name is the same tool.
+    let (_, viewed) = router::call(
+        &fixture.app,
+        Call::post("/v1/mcp/sandbox/tools/sandbox_str_replace_editor")
+            .json(&json!({"command": "view", "path": path})),
+    )
+    .await;
+    assert!(
+        viewed["data"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("via rest"),
+        "{viewed}"
+    );
+
+    // Outside the roots: the tool ran and refused; the envelope says so.
+    let (status, refused) = router::call(
+        &fixture.app,
+        Call::post("/v1/mcp/sandbox/tools/file_read").json(&json!({"file": "/etc/passwd"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{refused}");
+    assert_eq!(refused["success"], json!(false), "{refused}");
+    assert_eq!(refused["data"]["isError"], json!(true), "{refused}");
+    assert!(
+        refused["message"].as_str().unwrap().contains("/etc/passwd"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn the_rest_view_names_unknown_servers_tools_and_bad_fields() {
+    let fixture = Fixture::new();
+    let (status, answer) = router::call(&fixture.app, Call::get("/v1/mcp/browser/tools")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains("\"browser\""));
+
+    let (status, answer) = router::call(
+        &fixture.app,
+        Call::post("/v1/mcp/sandbox/tools/no_such_tool").json(&json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"no_such_tool\"")
+    );
+
+    let (status, answer) = router::call(
+        &fixture.app,
+        Call::post("/v1/mcp/sandbox/tools/file_read").json(&json!({"file": 5})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(
+        answer["detail"][0]["loc"],
+        json!(["body", "file"]),
+        "{answer}"
+    );
+
+    let (status, answer) = router::call(
+        &fixture.app,
+        Call::post("/v1/mcp/sandbox/tools/sandbox_execute_bash").json(&json!({})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(
+        answer["detail"][0]["loc"],
+        json!(["body", "cmd"]),
+        "{answer}"
+    );
+}

@@ -123,6 +123,10 @@ const COMMAND_BUILDERS: &[(&str, &str)] = &[
         "`node --version` for GET /v1/sandbox, spawned through the reaper",
     ),
     (
+        "sandboxd/src/recording.rs",
+        "ffmpeg recording the display, spawned through the reaper",
+    ),
+    (
         "orchestrator/src/backend/egress.rs",
         "iptables on the host: the orchestrator runs no reaper (see DIRECT_SPAWNERS)",
     ),

@@ -690,7 +690,7 @@ fn refuse_sudo(sudo: Option<bool>) -> Result<(), ApiError> {
 }
 
 /// The answer for a failed file operation.
-fn file_error(error: FileError) -> ApiError {
+pub(crate) fn file_error(error: FileError) -> ApiError {
     match error {
         FileError::Path(ConfineError::Refused { message, .. }) => ApiError::forbidden(message),
         FileError::Path(error @ ConfineError::NotFound { .. }) => {

@@ -22,13 +22,16 @@ pub mod extract;
 pub mod file;
 pub mod health;
 pub mod mcp;
+pub mod mcp_rest;
 pub mod openapi;
 pub mod processes;
+pub mod record;
 pub mod sandbox;
 pub mod shell;
 pub mod tickets;
 pub mod types;
 pub mod unsupported;
+pub mod util;
 pub mod validate;
 pub mod vnc;
 
@@ -68,6 +71,8 @@ pub struct AppState {
     pub vnc: Arc<crate::vnc::VncGateway>,
     /// Tickets and viewer sessions for browsers.
     pub tickets: Arc<crate::tickets::Tickets>,
+    /// The display's recorder (`/v1/display/record`).
+    pub recorder: Arc<crate::recording::Recorder>,
     /// HTTP client for loopback services (Chromium's DevTools endpoint).
     pub http: reqwest::Client,
     /// Jupyter sessions behind `/v1/jupyter/*` (kernels start on first use).
@@ -109,6 +114,12 @@ impl AppState {
             browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
             vnc: Arc::new(vnc),
             tickets: Arc::new(crate::tickets::Tickets::new()),
+            recorder: Arc::new(crate::recording::Recorder::new(
+                "ffmpeg",
+                settings.display.clone(),
+                (settings.screen.width, settings.screen.height),
+                crate::recording::Limits::default(),
+            )),
             http,
             supervisor,
             settings,
@@ -195,6 +206,9 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(activity::routes())
         .merge(processes::routes())
         .merge(desktop::routes())
+        .merge(record::routes())
+        .merge(mcp_rest::routes())
+        .merge(util::routes())
         .merge(sandbox::routes())
         .merge(shell::routes())
         .merge(bash::routes())

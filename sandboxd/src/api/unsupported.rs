@@ -3,7 +3,8 @@
 //! feature is absent rather than that it mistyped a path.
 //!
 //! - [`UNSUPPORTED`]: families that do not fit a single-tenant sandbox behind an orchestrator
-//!   (hooks, observe, skills, the egress proxy, captcha solving). Their paths have routes here
+//!   (hooks, observe, skills, the egress proxy, captcha solving), and page screencasts, which
+//!   the desktop recording (`/v1/display/record`) covers. Their paths have routes here
 //!   that take every method and every sub-path.
 //! - [`PLANNED`]: families sandboxd will serve (issue 11) but does not yet. They have no
 //!   routes, so that adding the real ones never collides with these: the 404 fallback answers
@@ -93,6 +94,12 @@ pub const UNSUPPORTED: &[Family] = &[
             ("POST", "/v1/browser/captcha/wait"),
         ],
     },
+    Family {
+        name: "page screencast recording (/v1/browser/page/record)",
+        prefixes: &["/v1/browser/page/record"],
+        reason: "sandboxd records the whole desktop instead, the browser with its tabs and popups included: POST /v1/display/record with action start, then stop, and download the MP4 with GET /v1/file/download",
+        operations: &[("POST", "/v1/browser/page/record")],
+    },
 ];
 
 const NOT_YET: &str = "not implemented in sandboxd yet (planned: issue 11, AIO parity part two)";
@@ -110,25 +117,6 @@ pub const PLANNED: &[Family] = &[
             ("DELETE", "/v1/file/watch/{watcher_id}"),
             ("GET", "/v1/file/watch/{watcher_id}/events"),
             ("POST", "/v1/file/watch/{watcher_id}/poll"),
-        ],
-    },
-    Family {
-        name: "recording (/v1/display/record, /v1/browser/page/record)",
-        prefixes: &["/v1/display/record", "/v1/browser/page/record"],
-        reason: NOT_YET,
-        operations: &[
-            ("POST", "/v1/display/record"),
-            ("POST", "/v1/browser/page/record"),
-        ],
-    },
-    Family {
-        name: "the MCP REST view (/v1/mcp)",
-        prefixes: &["/v1/mcp"],
-        reason: "not implemented in sandboxd yet (planned: issue 11); the same tools are served over MCP at /mcp",
-        operations: &[
-            ("GET", "/v1/mcp/servers"),
-            ("GET", "/v1/mcp/{server_name}/tools"),
-            ("POST", "/v1/mcp/{server_name}/tools/{tool_name}"),
         ],
     },
     Family {
@@ -184,12 +172,6 @@ pub const PLANNED: &[Family] = &[
             ("GET", "/v1/sandbox/packages/python"),
             ("GET", "/v1/sandbox/packages/nodejs"),
         ],
-    },
-    Family {
-        name: "conversion to Markdown (/v1/util/convert_to_markdown)",
-        prefixes: &["/v1/util/convert_to_markdown"],
-        reason: NOT_YET,
-        operations: &[("POST", "/v1/util/convert_to_markdown")],
     },
 ];
 

@@ -71,6 +71,42 @@ impl BrowserService {
         Ok(info)
     }
 
+    /// Reads `url` as Markdown in a tab of its own: opens it (after the URL policy allowed it,
+    /// waiting for `load` within `limit`), converts it as [`Self::markdown`] does, closes it
+    /// and makes the tab that was active before active again. A page the agent drives is left
+    /// where it was (unless it acts on tabs at the same moment).
+    pub async fn markdown_of(
+        &self,
+        url: &str,
+        limit: Duration,
+    ) -> Result<super::content::Markdown, BrowserError> {
+        self.policy.check(url).await?;
+        let before = self.tabs().await?;
+        let active_before = before.iter().find(|t| t.active).map(|t| t.index);
+        let read = match self.new_tab(Some(url), limit).await {
+            Ok(_) => self.markdown().await,
+            Err(error) => Err(error),
+        };
+        // Close the tab that was opened, whether the page loaded or not: it is the last one.
+        match self.tabs().await {
+            Ok(now) if now.len() > before.len() => {
+                if let Some(opened) = now.last()
+                    && let Err(error) = self.close_tab(opened.index).await
+                {
+                    tracing::warn!(%error, "cannot close the tab opened for Markdown");
+                }
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "cannot list tabs after reading Markdown"),
+        }
+        if let Some(index) = active_before
+            && let Err(error) = self.activate_tab(index).await
+        {
+            tracing::warn!(%error, index, "cannot make the earlier tab active again");
+        }
+        read
+    }
+
     /// Closes the tab at `index`. The last tab is replaced by a blank one first (closing
     /// Chromium's last tab would close its window and end the browser).
     pub async fn close_tab(&self, index: usize) -> Result<Vec<TabInfo>, BrowserError> {

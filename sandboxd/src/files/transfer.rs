@@ -106,6 +106,37 @@ impl Files {
         })
     }
 
+    /// Creates (or empties) a regular file for a program to write into, creating its missing
+    /// parent directories; the file is opened through the confinement like every other.
+    pub fn create_output(&self, path: &OsStr) -> Result<Download, FileError> {
+        let r = self.confine.resolve(path)?;
+        if r.is_root() || (r.exists() && self.open_directory(&r).is_ok()) {
+            return Err(ConfineError::IsADirectory { path: r.requested }.into());
+        }
+        self.confine.create_parent_dirs(&r)?;
+        let fd = self.confine.open(
+            &r,
+            OFlag::O_WRONLY
+                | OFlag::O_CREAT
+                | OFlag::O_TRUNC
+                | OFlag::O_NONBLOCK
+                | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o666),
+        )?;
+        let file = std::fs::File::from(fd);
+        let meta = file
+            .metadata()
+            .map_err(FileError::io("inspecting", &r.requested))?;
+        if !meta.is_file() {
+            return Err(FileError::NotAFile { path: r.requested });
+        }
+        Ok(Download {
+            file,
+            path: r.requested,
+            size: 0,
+        })
+    }
+
     /// Opens a regular file for download.
     pub fn open_download(&self, path: &OsStr) -> Result<Download, FileError> {
         let r = self.confine.resolve(path)?;
