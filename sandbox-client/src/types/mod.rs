@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod bash;
 pub mod browser;
+pub mod browser_more;
 pub mod common;
 pub mod desktop;
 pub mod file;
@@ -22,6 +23,7 @@ pub mod tickets;
 pub use activity::*;
 pub use bash::*;
 pub use browser::*;
+pub use browser_more::*;
 pub use common::*;
 pub use desktop::*;
 pub use file::*;
