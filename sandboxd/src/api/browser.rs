@@ -482,10 +482,15 @@ pub async fn click(
     Ok(Json(Envelope::ok(pointer_result(pointed))))
 }
 
-/// Moves the mouse over an element or a point.
+/// Moves the mouse over an element (by `selector`, or `index` from `GET /v1/browser/page/elements`) or a point.
 #[utoipa::path(post, path = "/v1/browser/page/hover", tag = "browser-page",
     request_body = HoverRequest,
-    responses((status = 200, body = Envelope<PointerResult>)))]
+    responses(
+        (status = 200, body = Envelope<PointerResult>),
+        (status = 404, description = "no element matches the selector, or no interactive element has the index", body = ErrorBody),
+        (status = 409, description = "the element is hidden or covered", body = ErrorBody),
+        (status = 422, description = "a field is missing or invalid", body = ErrorBody),
+    ))]
 pub async fn hover(
     State(state): State<AppState>,
     AioJson(request): AioJson<HoverRequest>,
@@ -505,8 +510,9 @@ pub(super) fn typed_text<'a>(field: &str, text: &'a str) -> Result<&'a str, ApiE
     request_body = FillRequest,
     responses(
         (status = 200, body = Envelope<Object>),
-        (status = 404, description = "no element matches the selector", body = ErrorBody),
+        (status = 404, description = "no element matches the selector, or no interactive element has the index", body = ErrorBody),
         (status = 409, description = "the element cannot be filled", body = ErrorBody),
+        (status = 422, description = "a field is missing or invalid", body = ErrorBody),
     ))]
 pub async fn fill(
     State(state): State<AppState>,

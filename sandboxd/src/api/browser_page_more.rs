@@ -3,7 +3,11 @@
 //! `upload_file`, and the console (`console`, `console/export`). See [`crate::browser::forms`]
 //! and [`crate::browser::console`].
 //!
-//! Files (uploads, exports) are confined to the allowed file roots like the file API's.
+//! Files (uploads, exports) are confined to the allowed file roots like the file API's. An
+//! upload's paths are checked here (resolved beneath a root, symlinks followed, a regular file)
+//! and handed to Chromium as resolved, symlink-free paths; Chromium opens them itself later, so a
+//! symlink swapped into that path in between would be followed (the same process user either
+//! way: the agent could read the file anyway, this only widens what a page upload can send).
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
