@@ -115,7 +115,8 @@ pub struct PageStateResult {
 pub struct ClickRequest {
     /// CSS selector; the element's centre is clicked.
     pub selector: Option<String>,
-    /// Which match of `selector` (0-based, default 0).
+    /// Which match of `selector` (0-based, default 0); without `selector` (and `x`/`y`), the
+    /// index of an element of `GET /v1/browser/page/elements`.
     pub index: Option<f64>,
     pub x: Option<f64>,
     pub y: Option<f64>,
@@ -148,9 +149,10 @@ pub struct PointerResult {
 #[derive(Debug, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
 pub struct FillRequest {
     pub text: String,
-    /// CSS selector of an input, textarea or editable element (required).
+    /// CSS selector of an input, textarea or editable element.
     pub selector: Option<String>,
-    /// Which match of `selector` (0-based, default 0).
+    /// Which match of `selector` (0-based, default 0); without `selector`, the index of an
+    /// element of `GET /v1/browser/page/elements`.
     pub index: Option<f64>,
 }
 

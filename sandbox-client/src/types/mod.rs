@@ -9,6 +9,7 @@
 pub mod activity;
 pub mod bash;
 pub mod browser;
+pub mod browser_more;
 pub mod code;
 pub mod common;
 pub mod desktop;
@@ -26,6 +27,7 @@ pub mod util;
 pub use activity::*;
 pub use bash::*;
 pub use browser::*;
+pub use browser_more::*;
 pub use code::*;
 pub use common::*;
 pub use desktop::*;

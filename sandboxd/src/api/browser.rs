@@ -40,7 +40,7 @@ const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
 /// [`MAX_TIMEOUT_SECS`].
 const TIMEOUT_RANGE: SecondsRange = SecondsRange::from_to(MIN_TIMEOUT_SECS, MAX_TIMEOUT_SECS);
 /// The highest index of a selector's matches a call may name.
-const MAX_MATCH_INDEX: i64 = 10_000;
+pub(super) const MAX_MATCH_INDEX: i64 = 10_000;
 
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -75,9 +75,9 @@ impl From<BrowserError> for ApiError {
         match error {
             BrowserError::Invalid { field, .. } => ApiError::invalid(field, message),
             BrowserError::Refused(_) => ApiError::forbidden(message),
-            BrowserError::NoElement { .. } | BrowserError::NoTab { .. } => {
-                ApiError::not_found(message)
-            }
+            BrowserError::NoElement { .. }
+            | BrowserError::NoIndexedElement { .. }
+            | BrowserError::NoTab { .. } => ApiError::not_found(message),
             BrowserError::NotActionable(_) | BrowserError::TabGone(_) => {
                 ApiError::conflict(message)
             }
@@ -152,7 +152,7 @@ fn state_result(state: PageState) -> PageStateResult {
 }
 
 /// A success with no data.
-fn done(message: impl Into<String>) -> Json<Envelope<()>> {
+pub(super) fn done(message: impl Into<String>) -> Json<Envelope<()>> {
     Json(Envelope {
         success: true,
         message: message.into(),
@@ -442,9 +442,13 @@ fn mouse_target(
         }
         (None, Some(_), None) => Err(ApiError::invalid("y", "`y` is required with `x`")),
         (None, None, Some(_)) => Err(ApiError::invalid("x", "`x` is required with `y`")),
+        (None, None, None) if index.is_some() => Ok(Target::Indexed {
+            index: validate::whole_number("index", index, 0, 0..=MAX_MATCH_INDEX)? as usize,
+        }),
         (None, None, None) => Err(ApiError::invalid(
             "selector",
-            "give `selector` (a CSS selector) or `x` and `y`",
+            "give `selector` (a CSS selector), `index` (from GET /v1/browser/page/elements) \
+             or `x` and `y`",
         )),
     }
 }
@@ -478,10 +482,15 @@ pub async fn click(
     Ok(Json(Envelope::ok(pointer_result(pointed))))
 }
 
-/// Moves the mouse over an element or a point.
+/// Moves the mouse over an element (by `selector`, or `index` from `GET /v1/browser/page/elements`) or a point.
 #[utoipa::path(post, path = "/v1/browser/page/hover", tag = "browser-page",
     request_body = HoverRequest,
-    responses((status = 200, body = Envelope<PointerResult>)))]
+    responses(
+        (status = 200, body = Envelope<PointerResult>),
+        (status = 404, description = "no element matches the selector, or no interactive element has the index", body = ErrorBody),
+        (status = 409, description = "the element is hidden or covered", body = ErrorBody),
+        (status = 422, description = "a field is missing or invalid", body = ErrorBody),
+    ))]
 pub async fn hover(
     State(state): State<AppState>,
     AioJson(request): AioJson<HoverRequest>,
@@ -492,7 +501,7 @@ pub async fn hover(
 }
 
 /// Text typed or filled in: at most [`browser::input::MAX_TYPED_CHARS`] characters.
-fn typed_text<'a>(field: &str, text: &'a str) -> Result<&'a str, ApiError> {
+pub(super) fn typed_text<'a>(field: &str, text: &'a str) -> Result<&'a str, ApiError> {
     validate::at_most_chars(field, text, browser::input::MAX_TYPED_CHARS)
 }
 
@@ -501,18 +510,32 @@ fn typed_text<'a>(field: &str, text: &'a str) -> Result<&'a str, ApiError> {
     request_body = FillRequest,
     responses(
         (status = 200, body = Envelope<Object>),
-        (status = 404, description = "no element matches the selector", body = ErrorBody),
+        (status = 404, description = "no element matches the selector, or no interactive element has the index", body = ErrorBody),
         (status = 409, description = "the element cannot be filled", body = ErrorBody),
+        (status = 422, description = "a field is missing or invalid", body = ErrorBody),
     ))]
 pub async fn fill(
     State(state): State<AppState>,
     AioJson(request): AioJson<FillRequest>,
 ) -> Result<Json<Envelope<()>>, ApiError> {
-    let selector = validate::required_text("selector", &request.selector)?;
+    let selector = request
+        .selector
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    if selector.is_none() && request.index.is_none() {
+        return Err(ApiError::invalid(
+            "selector",
+            "give `selector` (a CSS selector) or `index` (from GET /v1/browser/page/elements)",
+        ));
+    }
     let index = validate::whole_number("index", request.index, 0, 0..=MAX_MATCH_INDEX)? as usize;
     let text = typed_text("text", &request.text)?;
     state.browser.fill(selector, index, text).await?;
-    Ok(done(format!("filled {selector}")))
+    Ok(done(match selector {
+        Some(selector) => format!("filled {selector}"),
+        None => format!("filled interactive element {index}"),
+    }))
 }
 
 /// Types `text` into the focused element, key by key.

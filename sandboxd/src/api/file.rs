@@ -610,7 +610,7 @@ pub async fn download(
 }
 
 /// Runs a file operation on a blocking thread and turns its error into an answer.
-async fn run<T, F>(state: &AppState, operation: F) -> Result<T, ApiError>
+pub(super) async fn run<T, F>(state: &AppState, operation: F) -> Result<T, ApiError>
 where
     F: FnOnce(&Files) -> Result<T, FileError> + Send + 'static,
     T: Send + 'static,

@@ -13,6 +13,8 @@ pub mod activity;
 pub mod auth;
 pub mod bash;
 pub mod browser;
+pub mod browser_page_more;
+pub mod browser_storage;
 pub mod cdp;
 pub mod code;
 pub mod desktop;
@@ -214,6 +216,8 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(bash::routes())
         .merge(file::routes())
         .merge(browser::routes())
+        .merge(browser_page_more::routes())
+        .merge(browser_storage::routes())
         .merge(tickets::routes())
         .merge(code::routes())
 }

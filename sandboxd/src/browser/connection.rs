@@ -74,6 +74,8 @@ pub struct Session {
     ws_url: String,
     handler: tokio::task::JoinHandle<()>,
     book: Mutex<TabBook>,
+    /// The console messages of the tabs this connection used.
+    pub consoles: super::console::Consoles,
 }
 
 /// The order tabs were first seen in, and the active one.
@@ -249,6 +251,7 @@ impl Session {
             ws_url: ws_url.to_string(),
             handler,
             book: Mutex::new(TabBook::default()),
+            consoles: super::console::Consoles::default(),
         })
     }
 
@@ -281,6 +284,8 @@ impl Session {
             .collect();
         ordered.sort_by_key(|(seq, _)| *seq);
         seen.retain(|id, _| ordered.iter().any(|(_, t)| &t.target_id == id));
+        self.consoles
+            .retain(|id| ordered.iter().any(|(_, t)| &t.target_id == id));
         let active = match active {
             Some(id) if ordered.iter().any(|(_, t)| &t.target_id == id) => Some(id.clone()),
             _ => ordered.last().map(|(_, t)| t.target_id.clone()),
@@ -309,8 +314,15 @@ impl Session {
         self.page(&target).await
     }
 
-    /// The attached page of a target, waiting for chromiumoxide to attach to a new one.
+    /// The attached page of a target, waiting for chromiumoxide to attach to a new one. Its
+    /// console is watched from now on.
     pub async fn page(&self, target: &TargetId) -> Result<Page, BrowserError> {
+        let page = self.attached_page(target).await?;
+        self.consoles.watch(&page).await;
+        Ok(page)
+    }
+
+    async fn attached_page(&self, target: &TargetId) -> Result<Page, BrowserError> {
         let deadline = tokio::time::Instant::now() + ATTACH_TIMEOUT;
         loop {
             match self.browser.get_page(target.clone()).await {

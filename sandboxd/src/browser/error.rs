@@ -29,6 +29,11 @@ pub enum BrowserError {
     /// No element matches the selector.
     #[error("no element matches the selector {selector:?}{detail}")]
     NoElement { selector: String, detail: String },
+    /// No interactive element at this index (`GET /v1/browser/page/elements`).
+    #[error(
+        "no interactive element at index {index} (the page has {count}; list them with GET /v1/browser/page/elements)"
+    )]
+    NoIndexedElement { index: usize, count: usize },
     /// The element exists but cannot take the action (hidden, covered, disabled, wrong kind).
     #[error("{0}")]
     NotActionable(String),

@@ -64,6 +64,9 @@ impl Button {
 pub enum Target {
     /// The `index`-th (0-based) element matching a CSS selector, at its centre.
     Selector { selector: String, index: usize },
+    /// The `index`-th (0-based) interactive element, as `GET /v1/browser/page/elements` numbers
+    /// them.
+    Indexed { index: usize },
     /// A point in the viewport, in CSS pixels.
     Point { x: f64, y: f64 },
 }
@@ -152,15 +155,21 @@ impl BrowserService {
         .await
     }
 
-    /// Replaces the content of the `index`-th match of `selector` (an input, a textarea or an
-    /// editable element) with `text`, as if typed: the page gets `input` events.
-    pub async fn fill(&self, selector: &str, index: usize, text: &str) -> Result<(), BrowserError> {
+    /// Replaces the content of the `index`-th match of `selector` (or, without a selector, of
+    /// the `index`-th interactive element) — an input, a textarea or an editable element — with
+    /// `text`, as if typed: the page gets `input` events.
+    pub async fn fill(
+        &self,
+        selector: Option<&str>,
+        index: usize,
+        text: &str,
+    ) -> Result<(), BrowserError> {
         self.bounded("filling the field", |_, page| async move {
             let deadline = Instant::now() + ACTION_WAIT;
             let prepared = loop {
                 let prepared: FillPrepared = script::call(
                     &page,
-                    js::FILL,
+                    &js::FILL,
                     &[json!(selector), json!(index), json!(text)],
                 )
                 .await?;
@@ -180,14 +189,18 @@ impl BrowserService {
                     }
                 }
                 (None, _) => Ok(()),
-                (Some("invalid"), _) => Err(invalid_selector(selector, prepared.message)),
+                (Some("invalid"), _) => {
+                    Err(invalid_selector(selector.unwrap_or(""), prepared.message))
+                }
                 (Some("none" | "index"), _) => Err(no_element(selector, index, prepared.count)),
                 (Some("kind"), _) => Err(BrowserError::NotActionable(format!(
-                    "the element matching {selector:?} is {}, which cannot be filled with text",
+                    "{} is {}, which cannot be filled with text",
+                    the_element(selector, index),
                     prepared.kind.unwrap_or_else(|| "not a text field".into())
                 ))),
                 (Some(_), _) => Err(BrowserError::NotActionable(format!(
-                    "cannot fill the element matching {selector:?}: {}",
+                    "cannot fill {}: {}",
+                    the_element(selector, index),
                     prepared.message.unwrap_or_default()
                 ))),
             }
@@ -244,7 +257,7 @@ impl BrowserService {
     }
 }
 
-fn invalid_selector(selector: &str, message: Option<String>) -> BrowserError {
+pub(crate) fn invalid_selector(selector: &str, message: Option<String>) -> BrowserError {
     BrowserError::invalid(
         "selector",
         format!(
@@ -254,7 +267,25 @@ fn invalid_selector(selector: &str, message: Option<String>) -> BrowserError {
     )
 }
 
-fn no_element(selector: &str, index: usize, count: Option<usize>) -> BrowserError {
+/// "the element matching "#a"" or "interactive element 3", for messages.
+pub(crate) fn the_element(selector: Option<&str>, index: usize) -> String {
+    match selector {
+        Some(selector) => format!("the element matching {selector:?}"),
+        None => format!("interactive element {index}"),
+    }
+}
+
+pub(crate) fn no_element(
+    selector: Option<&str>,
+    index: usize,
+    count: Option<usize>,
+) -> BrowserError {
+    let Some(selector) = selector else {
+        return BrowserError::NoIndexedElement {
+            index,
+            count: count.unwrap_or(0),
+        };
+    };
     let detail = match count {
         Some(count) if count > 0 => {
             format!(" at index {index} (it matches {count} elements)")
@@ -281,14 +312,19 @@ async fn locate(
                 element: None,
             });
         }
-        Target::Selector { selector, index } => (selector, *index),
+        Target::Selector { selector, index } => (Some(selector.as_str()), *index),
+        Target::Indexed { index } => (None, *index),
+    };
+    let matching = match selector {
+        Some(selector) => format!(" matching {selector:?}"),
+        None => format!(" (interactive element {index})"),
     };
     let deadline = Instant::now() + ACTION_WAIT;
     loop {
         let found: Located =
-            script::call(page, js::LOCATE, &[json!(selector), json!(index)]).await?;
+            script::call(page, &js::LOCATE, &[json!(selector), json!(index)]).await?;
         if found.error.as_deref() == Some("invalid") {
-            return Err(invalid_selector(selector, found.message));
+            return Err(invalid_selector(selector.unwrap_or(""), found.message));
         }
         let element = found
             .element
@@ -297,16 +333,16 @@ async fn locate(
         let problem = match (found.error.as_deref(), found.x, found.y) {
             (Some("none" | "index"), _, _) => Some(no_element(selector, index, found.count)),
             (Some("hidden"), _, _) => Some(BrowserError::NotActionable(format!(
-                "{element} matching {selector:?} is not visible"
+                "{element}{matching} is not visible"
             ))),
             (None, Some(x), Some(y)) => {
                 if let Some(cover) = &found.covered {
                     Some(BrowserError::NotActionable(format!(
-                        "{element} matching {selector:?} is covered by {cover}"
+                        "{element}{matching} is covered by {cover}"
                     )))
                 } else if needs_enabled && found.disabled {
                     Some(BrowserError::NotActionable(format!(
-                        "{element} matching {selector:?} is disabled"
+                        "{element}{matching} is disabled"
                     )))
                 } else {
                     return Ok(Pointed {
@@ -321,16 +357,13 @@ async fn locate(
             )),
         };
         if Instant::now() >= deadline {
-            return Err(problem.unwrap_or(BrowserError::NoElement {
-                selector: selector.clone(),
-                detail: String::new(),
-            }));
+            return Err(problem.unwrap_or_else(|| no_element(selector, index, None)));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-async fn mouse_move(page: &Page, x: f64, y: f64) -> Result<(), BrowserError> {
+pub(crate) async fn mouse_move(page: &Page, x: f64, y: f64) -> Result<(), BrowserError> {
     page.execute(DispatchMouseEventParams::new(
         DispatchMouseEventType::MouseMoved,
         x,
@@ -340,7 +373,7 @@ async fn mouse_move(page: &Page, x: f64, y: f64) -> Result<(), BrowserError> {
     Ok(())
 }
 
-async fn mouse(
+pub(crate) async fn mouse(
     page: &Page,
     kind: DispatchMouseEventType,
     at: &Pointed,

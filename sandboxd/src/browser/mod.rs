@@ -5,6 +5,10 @@
 //! - [`navigation`]: navigate / back / forward / reload with `wait_until`.
 //! - [`content`]: text, HTML, Markdown, screenshots, `evaluate`.
 //! - [`input`]: clicks, hovers, typing, filling, keys, scrolling.
+//! - [`forms`]: the indexed interactive elements, selects, checkboxes, whole forms, file inputs,
+//!   finding text, scrolling to an element.
+//! - [`cookies`]: cookies, and saving and loading the browser's state (cookies + localStorage).
+//! - [`console`]: the console messages each tab logged.
 //! - [`wait`]: waiting for conditions.
 //! - [`snapshot`]: the agent-oriented page summary.
 //! - [`tabs`]: list, open, close, activate.
@@ -16,8 +20,11 @@
 //! API costs no memory.
 
 pub mod connection;
+pub mod console;
 pub mod content;
+pub mod cookies;
 pub mod error;
+pub mod forms;
 pub mod input;
 pub mod navigation;
 pub mod script;
@@ -49,10 +56,41 @@ use connection::Session;
 /// Time limit of an operation that has none of its own.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// sandboxd's page scripts, one function expression each.
+/// sandboxd's page scripts, one function expression each. Scripts that act on an element see
+/// `find` (`js/find.js`) and `interactive` (`js/interactive.js`) in scope ([`js::with_find`]).
 mod js {
-    pub const LOCATE: &str = include_str!("js/locate.js");
-    pub const FILL: &str = include_str!("js/fill.js");
+    use std::sync::LazyLock;
+
+    const INTERACTIVE: &str = include_str!("js/interactive.js");
+    const FIND: &str = include_str!("js/find.js");
+
+    /// `script` with `find` and `interactive` in scope.
+    fn with_find(script: &str) -> String {
+        format!(
+            "((interactive) => {{ const find = (\n{FIND}\n); return (\n{script}\n); }})(\n{INTERACTIVE}\n)"
+        )
+    }
+
+    macro_rules! finding {
+        ($($name:ident = $file:literal;)*) => {
+            $(pub static $name: LazyLock<String> =
+                LazyLock::new(|| with_find(include_str!($file)));)*
+        };
+    }
+
+    finding! {
+        LOCATE = "js/locate.js";
+        FILL = "js/fill.js";
+        ELEMENTS = "js/elements.js";
+        SELECT_AT = "js/select.js";
+        CHECK_AT = "js/check.js";
+        TOGGLE_AT = "js/toggle.js";
+        FIND_ELEMENT = "js/find_element.js";
+        FORM_KIND = "js/form_kind.js";
+        SCROLL_INTO = "js/scroll_into.js";
+        FILE_INPUT = "js/file_input.js";
+    }
+
     pub const SCROLL: &str = include_str!("js/scroll.js");
     pub const SCROLL_TO: &str = include_str!("js/scroll_to.js");
     pub const TEXT: &str = include_str!("js/text.js");
@@ -60,6 +98,9 @@ mod js {
     pub const MARKDOWN_SOURCE: &str = include_str!("js/markdown_source.js");
     pub const SNAPSHOT: &str = include_str!("js/snapshot.js");
     pub const WAIT_SELECTOR: &str = include_str!("js/wait_selector.js");
+    pub const FIND_TEXT: &str = include_str!("js/find_text.js");
+    pub const STORAGE: &str = include_str!("js/storage.js");
+    pub const STORAGE_LOAD: &str = include_str!("js/storage_load.js");
 }
 
 /// The browser as the API uses it.

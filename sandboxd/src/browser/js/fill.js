@@ -1,16 +1,10 @@
-// Prepares `fill`: focuses the `index`-th match of `selector` and selects its content, so that
+// Prepares `fill`: focuses the element (see find.js) and selects its content, so that
 // inserting text replaces it. Inputs whose value is not typed text (date, time, ...) get the
 // value set directly. Answers `{mode: 'insert'}`, `{mode: 'done'}` or `{error, ...}`.
 (selector, index, text) => {
-  let all;
-  try {
-    all = document.querySelectorAll(selector);
-  } catch (e) {
-    return { error: 'invalid', message: String((e && e.message) || e) };
-  }
-  if (all.length === 0) return { error: 'none', count: 0 };
-  if (index >= all.length) return { error: 'index', count: all.length };
-  const el = all[index];
+  const found = find(selector, index);
+  if (found.error) return found;
+  const el = found.el;
   const tag = el.tagName;
   if (el.disabled) return { error: 'state', message: 'the element is disabled' };
   if (el.readOnly) return { error: 'state', message: 'the element is read-only' };

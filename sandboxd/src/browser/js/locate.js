@@ -1,4 +1,4 @@
-// Finds the element a click, hover or fill acts on: the `index`-th match of `selector`,
+// Finds the element a click or hover acts on (see find.js),
 // scrolled into the middle of the viewport. Answers where its centre is, or why it cannot be
 // acted on (no match, hidden, covered by another element, disabled).
 (selector, index) => {
@@ -8,15 +8,10 @@
     else if (n.classList && n.classList.length) s += '.' + [...n.classList].slice(0, 2).join('.');
     return s;
   };
-  let all;
-  try {
-    all = document.querySelectorAll(selector);
-  } catch (e) {
-    return { error: 'invalid', message: String((e && e.message) || e) };
-  }
-  if (all.length === 0) return { error: 'none', count: 0 };
-  if (index >= all.length) return { error: 'index', count: all.length };
-  const el = all[index];
+  const found = find(selector, index);
+  if (found.error) return found;
+  const el = found.el;
+  const all = { length: found.count };
   el.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
   const rect = el.getBoundingClientRect();
   const style = getComputedStyle(el);
