@@ -18,6 +18,7 @@ pub mod desktop;
 pub mod error;
 pub mod extract;
 pub mod file;
+pub mod file_watch;
 pub mod health;
 pub mod mcp;
 pub mod openapi;
@@ -60,6 +61,8 @@ pub struct AppState {
     pub desktop: Arc<DesktopSession>,
     /// The file service behind `/v1/file/*` (roots and limits from the settings).
     pub files: Arc<crate::files::Files>,
+    /// The file watches behind `/v1/file/watch*` (same roots).
+    pub watches: Arc<crate::files::watch::Watches>,
     /// The browser API's connection to Chromium (made on first use).
     pub browser: Arc<crate::browser::BrowserService>,
     /// Authenticated connections to the VNC server for viewers.
@@ -96,6 +99,10 @@ impl AppState {
             .unwrap_or_default();
         Self {
             files: Arc::new(file::service(&settings)),
+            watches: Arc::new(crate::files::watch::Watches::new(
+                crate::files::Confinement::new(&settings.file_roots, &settings.workspace),
+                crate::files::watch::WatchLimits::default(),
+            )),
             browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
             vnc: Arc::new(vnc),
             tickets: Arc::new(crate::tickets::Tickets::new()),
@@ -137,6 +144,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(shell::routes())
         .merge(bash::routes())
         .merge(file::routes())
+        .merge(file_watch::routes())
         .merge(browser::routes())
         .merge(tickets::routes())
 }

@@ -133,19 +133,6 @@ pub const PLANNED: &[Family] = &[
         ],
     },
     Family {
-        name: "file watches (/v1/file/watch)",
-        prefixes: &["/v1/file/watch"],
-        reason: NOT_YET,
-        operations: &[
-            ("GET", "/v1/file/watch"),
-            ("POST", "/v1/file/watch"),
-            ("POST", "/v1/file/watch/wait"),
-            ("DELETE", "/v1/file/watch/{watcher_id}"),
-            ("GET", "/v1/file/watch/{watcher_id}/events"),
-            ("POST", "/v1/file/watch/{watcher_id}/poll"),
-        ],
-    },
-    Family {
         name: "recording (/v1/display/record, /v1/browser/page/record)",
         prefixes: &["/v1/display/record", "/v1/browser/page/record"],
         reason: NOT_YET,
