@@ -192,7 +192,7 @@ async fn the_openapi_document_describes_every_route() {
             answered_501 += 1;
         }
     }
-    assert!(answered_501 > 70, "{answered_501} operations answer 501");
+    assert!(answered_501 > 60, "{answered_501} operations answer 501");
     assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
     assert!(doc["paths"]["/v1/processes"]["get"]["security"].is_array());
     assert!(doc["components"]["schemas"]["ProcessInfo"].is_object());
