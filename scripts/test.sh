@@ -154,6 +154,10 @@ main() {
     cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
   step "benchmark harness smoke run (capabilities, 2 iterations)" \
     cargo run --locked --release -q -p agentbox-bench --bin capabilities -- --iterations 2
+  step "benchmark harness smoke run (file watch, 2 iterations)" \
+    cargo run --locked --release -q -p agentbox-bench --bin file-watch -- --iterations 2
+  step "benchmark harness smoke run (code execution, 10 iterations)" \
+    cargo run --locked --release -q -p agentbox-bench --bin code-exec -- --iterations 10
   step "benchmark harness smoke run (memory, 1 sandbox)" \
     cargo run --locked --release -q -p agentbox-bench --bin memory -- --settle-secs 2
   step "compose.yaml is valid" docker-compose config -q

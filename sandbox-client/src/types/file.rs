@@ -24,6 +24,25 @@ fn lenient_u64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>
     }
 }
 
+/// Accepts an integer, also written as a float with no fraction (`-3.0`).
+fn lenient_i64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    let Some(number) = Option::<serde_json::Number>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    if let Some(value) = number.as_i64() {
+        return Ok(Some(value));
+    }
+    match number.as_f64() {
+        Some(value) if value.fract() == 0.0 && value.abs() <= 9_007_199_254_740_992.0 => {
+            Ok(Some(value as i64))
+        }
+        _ => Err(D::Error::custom(format!(
+            "expected an integer, got {number}"
+        ))),
+    }
+}
+
 /// `encoding` of a write (AIO's `FileContentEncoding`).
 #[derive(
     Debug,
@@ -73,15 +92,18 @@ pub enum FileReadEncoding {
 pub struct FileReadRequest {
     /// The file: absolute, or relative to the workspace.
     pub file: String,
-    /// First line to return, 0-based.
-    #[serde(default, deserialize_with = "lenient_u64")]
-    #[schema(value_type = Option<u64>)]
-    pub start_line: Option<u64>,
-    /// Line to stop before (exclusive).
-    #[serde(default, deserialize_with = "lenient_u64")]
-    #[schema(value_type = Option<u64>)]
-    pub end_line: Option<u64>,
-    /// Not supported: sandboxd runs unprivileged. `true` is refused.
+    /// First line to return, 0-based. Negative counts from the end, as a Python slice does
+    /// (`-20`: the last twenty lines).
+    #[serde(default, deserialize_with = "lenient_i64")]
+    #[schema(value_type = Option<i64>)]
+    pub start_line: Option<i64>,
+    /// Line to stop before (exclusive). Negative counts from the end (`-1`: all but the last
+    /// line). An end at or before the start selects nothing.
+    #[serde(default, deserialize_with = "lenient_i64")]
+    #[schema(value_type = Option<i64>)]
+    pub end_line: Option<i64>,
+    /// Not supported: sandboxd runs as the unprivileged agent user and nothing in the sandbox
+    /// can gain root. `true` is refused (422 naming `sudo`).
     #[serde(default)]
     pub sudo: Option<bool>,
     /// Agentbox extension: `base64` returns the bytes base64-encoded (for binary files).

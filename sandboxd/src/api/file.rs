@@ -81,8 +81,9 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(upload)
 }
 
-/// Reads a file, whole or lines `start_line..end_line` (0-based, end exclusive), as UTF-8 text
-/// or (Agentbox extension, `"encoding": "base64"`) base64.
+/// Reads a file, whole or lines `start_line..end_line` (0-based, end exclusive; negative
+/// numbers count from the end, as a Python slice), as UTF-8 text or (Agentbox extension,
+/// `"encoding": "base64"`) base64. `sudo: true` is refused: sandboxd runs unprivileged.
 #[utoipa::path(post, path = "/v1/file/read", tag = "file", request_body = FileReadRequest,
     responses(
         (status = 200, body = Envelope<FileReadResult>),
@@ -683,7 +684,9 @@ fn refuse_sudo(sudo: Option<bool>) -> Result<(), ApiError> {
     if sudo == Some(true) {
         return Err(ApiError::invalid(
             "sudo",
-            "sudo is not available: sandboxd runs as the unprivileged agent user",
+            "sudo is not available: sandboxd runs as the unprivileged agent user and nothing \
+             in the sandbox can gain root (by design: the agent must not be able to change the \
+             sandbox's own setup); leave sudo out or false and use paths under the allowed roots",
         ));
     }
     Ok(())

@@ -22,6 +22,7 @@ pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod file;
+pub mod file_watch;
 pub mod health;
 pub mod mcp;
 pub mod mcp_rest;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub desktop: Arc<DesktopSession>,
     /// The file service behind `/v1/file/*` (roots and limits from the settings).
     pub files: Arc<crate::files::Files>,
+    /// The file watches behind `/v1/file/watch*` (same roots).
+    pub watches: Arc<crate::files::watch::Watches>,
     /// The browser API's connection to Chromium (made on first use).
     pub browser: Arc<crate::browser::BrowserService>,
     /// Authenticated connections to the VNC server for viewers.
@@ -113,6 +116,10 @@ impl AppState {
             jupyter,
             node,
             files: Arc::new(file::service(&settings)),
+            watches: Arc::new(crate::files::watch::Watches::new(
+                crate::files::Confinement::new(&settings.file_roots, &settings.workspace),
+                crate::files::watch::WatchLimits::default(),
+            )),
             browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
             vnc: Arc::new(vnc),
             tickets: Arc::new(crate::tickets::Tickets::new()),
@@ -215,6 +222,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(shell::routes())
         .merge(bash::routes())
         .merge(file::routes())
+        .merge(file_watch::routes())
         .merge(browser::routes())
         .merge(browser_page_more::routes())
         .merge(browser_storage::routes())

@@ -107,19 +107,6 @@ const NOT_YET: &str = "not implemented in sandboxd yet (planned: issue 11, AIO p
 /// Planned, not served yet.
 pub const PLANNED: &[Family] = &[
     Family {
-        name: "file watches (/v1/file/watch)",
-        prefixes: &["/v1/file/watch"],
-        reason: NOT_YET,
-        operations: &[
-            ("GET", "/v1/file/watch"),
-            ("POST", "/v1/file/watch"),
-            ("POST", "/v1/file/watch/wait"),
-            ("DELETE", "/v1/file/watch/{watcher_id}"),
-            ("GET", "/v1/file/watch/{watcher_id}/events"),
-            ("POST", "/v1/file/watch/{watcher_id}/poll"),
-        ],
-    },
-    Family {
         name: "the rest of the browser API (network capture and routing, config, restart)",
         prefixes: &[
             "/v1/browser/network",

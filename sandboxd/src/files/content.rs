@@ -25,10 +25,11 @@ pub enum ReadEncoding {
 #[derive(Debug, Clone)]
 pub struct ReadRequest<'a> {
     pub path: &'a OsStr,
-    /// First line to return, 0-based.
-    pub start_line: Option<u64>,
-    /// Line to stop before (exclusive).
-    pub end_line: Option<u64>,
+    /// First line to return, 0-based; negative counts from the end (`-10`: the last ten
+    /// lines), as a Python slice does.
+    pub start_line: Option<i64>,
+    /// Line to stop before (exclusive); negative counts from the end.
+    pub end_line: Option<i64>,
     pub encoding: ReadEncoding,
 }
 
@@ -97,8 +98,11 @@ pub(crate) enum WriteMode {
 
 impl Files {
     pub fn read(&self, request: &ReadRequest<'_>) -> Result<ReadOutcome, FileError> {
+        let from_end = |value: Option<i64>| value.is_some_and(|v| v < 0);
         if let (Some(start), Some(end)) = (request.start_line, request.end_line)
             && end < start
+            && !from_end(Some(start))
+            && !from_end(Some(end))
         {
             return Err(FileError::invalid(
                 "end_line",
@@ -106,18 +110,34 @@ impl Files {
             ));
         }
         let r = self.confine.resolve(request.path)?;
-        let file = self.open_regular(&r)?;
+        let mut file = self.open_regular(&r)?;
         let limit = self.limits.max_read_bytes;
         let bytes = if request.start_line.is_none() && request.end_line.is_none() {
             self.read_whole(file, &r)?
         } else {
-            read_line_range(
-                file,
-                request.start_line.unwrap_or(0),
-                request.end_line,
-                limit,
-                &r,
-            )?
+            // Counted from the end: the file's lines are counted first (streamed, not kept).
+            let total = if from_end(request.start_line) || from_end(request.end_line) {
+                let total = count_lines(&mut file, &r)?;
+                std::io::Seek::rewind(&mut file).map_err(FileError::io("reading", &r.requested))?;
+                total
+            } else {
+                0
+            };
+            let absolute = |value: i64| {
+                if value < 0 {
+                    total.saturating_sub(value.unsigned_abs())
+                } else {
+                    value.unsigned_abs()
+                }
+            };
+            let start = request.start_line.map_or(0, absolute);
+            let end = request.end_line.map(absolute);
+            // As a Python slice: an end before the start selects nothing.
+            if end.is_some_and(|end| end <= start) {
+                Vec::new()
+            } else {
+                read_line_range(file, start, end, limit, &r)?
+            }
         };
         let count = bytes.len() as u64;
         let content = match request.encoding {
@@ -367,6 +387,26 @@ fn not_a_file_if_device(error: ConfineError, r: &Resolved) -> FileError {
 
 /// Reads lines `start..end` (0-based, `end` exclusive, terminators kept) without holding more
 /// than `limit` bytes: skipped lines are scanned, not stored.
+/// The number of lines of a file: newline-terminated ones, and a last one without its newline.
+fn count_lines(file: &mut std::fs::File, r: &Resolved) -> Result<u64, FileError> {
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let mut lines = 0u64;
+    let mut last = b'\n';
+    loop {
+        let buffer = reader
+            .fill_buf()
+            .map_err(FileError::io("reading", &r.requested))?;
+        let Some(&end) = buffer.last() else {
+            break;
+        };
+        lines += memchr::memchr_iter(b'\n', buffer).count() as u64;
+        last = end;
+        let n = buffer.len();
+        reader.consume(n);
+    }
+    Ok(lines + u64::from(last != b'\n'))
+}
+
 fn read_line_range(
     file: std::fs::File,
     start: u64,

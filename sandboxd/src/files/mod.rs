@@ -11,6 +11,7 @@
 //! - [`editor`]: the `str_replace_editor` tool (view, create, str_replace, insert, undo_edit).
 //! - [`transfer`]: streamed uploads and downloads.
 //! - [`size`]: byte sizes such as `1M`.
+//! - [`watch`]: inotify watches with bounded event queues (async, unlike the rest).
 //!
 //! All of it is blocking file-system work: callers on an async runtime run it on blocking
 //! threads.
@@ -23,6 +24,7 @@ pub mod listing;
 pub mod size;
 pub mod transfer;
 pub mod walk;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::time::SystemTime;
