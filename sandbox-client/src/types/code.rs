@@ -97,6 +97,13 @@ pub struct JupyterCreateSessionResponse {
     pub message: String,
 }
 
+/// The answer of `DELETE /v1/jupyter/sessions` and `DELETE /v1/jupyter/sessions/{session_id}`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct JupyterDeleteResult {
+    /// How many sessions (and their kernels) were ended.
+    pub deleted: u64,
+}
+
 /// One session in `GET /v1/jupyter/sessions`.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 pub struct JupyterSessionInfo {

@@ -19,11 +19,12 @@ use super::extract::AioJson;
 use super::types::{
     CodeExecuteRequest, CodeExecuteResponse, CodeInfoResponse, CodeLanguageInfo, CodeOutput,
     Envelope, ErrorBody, JupyterCreateSessionRequest, JupyterCreateSessionResponse,
-    JupyterExecuteRequest, JupyterExecuteResponse, JupyterInfoResponse, JupyterSessionInfo,
-    JupyterSessionsResult, NodeJsCreateSessionRequest, NodeJsCreateSessionResponse,
-    NodeJsDeleteSessionResponse, NodeJsExecuteRequest, NodeJsExecuteResponse, NodeJsPackageInfo,
-    NodeJsRuntimeInfo, NodeJsSessionInfo, NodeJsSessionListResponse, NodeJsSessionResponse,
-    NodeJsUpdateSessionRequest, NodeJsUpdateSessionResponse,
+    JupyterDeleteResult, JupyterExecuteRequest, JupyterExecuteResponse, JupyterInfoResponse,
+    JupyterSessionInfo, JupyterSessionsResult, NodeJsCreateSessionRequest,
+    NodeJsCreateSessionResponse, NodeJsDeleteSessionResponse, NodeJsExecuteRequest,
+    NodeJsExecuteResponse, NodeJsPackageInfo, NodeJsRuntimeInfo, NodeJsSessionInfo,
+    NodeJsSessionListResponse, NodeJsSessionResponse, NodeJsUpdateSessionRequest,
+    NodeJsUpdateSessionResponse,
 };
 use super::validate::{self, SecondsRange};
 use crate::jupyter::{ExecuteRequest, JupyterError, Output};
@@ -70,7 +71,7 @@ impl From<JupyterError> for ApiError {
             }
             JupyterError::NoSession(_) => StatusCode::NOT_FOUND,
             JupyterError::SessionExists(_) => StatusCode::CONFLICT,
-            JupyterError::TooManySessions(_) => StatusCode::SERVICE_UNAVAILABLE,
+            JupyterError::TooManySessions(_) => StatusCode::TOO_MANY_REQUESTS,
             JupyterError::Spawn { .. }
             | JupyterError::StartTimeout(_)
             | JupyterError::Died
@@ -87,7 +88,7 @@ impl From<NodeError> for ApiError {
         let status = match &error {
             NodeError::NoSession(_) => StatusCode::NOT_FOUND,
             NodeError::SessionExists(_) => StatusCode::CONFLICT,
-            NodeError::TooManySessions(_) => StatusCode::SERVICE_UNAVAILABLE,
+            NodeError::TooManySessions(_) => StatusCode::TOO_MANY_REQUESTS,
             NodeError::Spawn { .. } | NodeError::Runtime(_) | NodeError::SessionDied(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -156,7 +157,7 @@ fn wire_output(output: Output) -> CodeOutput {
         (status = 200, body = Envelope<JupyterExecuteResponse>),
         (status = 422, description = "a field is missing or invalid", body = ErrorBody),
         (status = 500, description = "the kernel could not be started", body = ErrorBody),
-        (status = 503, description = "the session limit is reached", body = ErrorBody),
+        (status = 429, description = "the session limit is reached: delete a session first", body = ErrorBody),
     ))]
 pub async fn jupyter_execute(
     State(state): State<AppState>,
@@ -231,12 +232,16 @@ pub async fn jupyter_sessions(
 
 /// Ends every Jupyter session and its kernel.
 #[utoipa::path(delete, path = "/v1/jupyter/sessions", tag = "jupyter",
-    responses((status = 200, body = Envelope<Value>)))]
-pub async fn jupyter_delete_sessions(State(state): State<AppState>) -> Json<Envelope<Value>> {
-    let n = state.jupyter.delete_all().await;
+    responses((status = 200, body = Envelope<JupyterDeleteResult>)))]
+pub async fn jupyter_delete_sessions(
+    State(state): State<AppState>,
+) -> Json<Envelope<JupyterDeleteResult>> {
+    let deleted = state.jupyter.delete_all().await;
     Json(Envelope {
-        message: format!("{n} sessions deleted"),
-        ..Envelope::ok(Value::Null)
+        message: format!("{deleted} sessions deleted"),
+        ..Envelope::ok(JupyterDeleteResult {
+            deleted: deleted as u64,
+        })
     })
 }
 
@@ -248,7 +253,7 @@ pub async fn jupyter_delete_sessions(State(state): State<AppState>) -> Json<Enve
         (status = 409, description = "a session with this id exists", body = ErrorBody),
         (status = 422, description = "a field is missing or invalid", body = ErrorBody),
         (status = 500, description = "the kernel could not be started", body = ErrorBody),
-        (status = 503, description = "the session limit is reached", body = ErrorBody),
+        (status = 429, description = "the session limit is reached: delete a session first", body = ErrorBody),
     ))]
 pub async fn jupyter_create_session(
     State(state): State<AppState>,
@@ -271,17 +276,17 @@ pub async fn jupyter_create_session(
 #[utoipa::path(delete, path = "/v1/jupyter/sessions/{session_id}", tag = "jupyter",
     params(("session_id" = String, Path)),
     responses(
-        (status = 200, body = Envelope<Value>),
+        (status = 200, body = Envelope<JupyterDeleteResult>),
         (status = 404, description = "no such session", body = ErrorBody),
     ))]
 pub async fn jupyter_delete_session(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
-) -> Result<Json<Envelope<Value>>, ApiError> {
+) -> Result<Json<Envelope<JupyterDeleteResult>>, ApiError> {
     state.jupyter.delete(&session_id).await?;
     Ok(Json(Envelope {
         message: format!("session {session_id} deleted"),
-        ..Envelope::ok(Value::Null)
+        ..Envelope::ok(JupyterDeleteResult { deleted: 1 })
     }))
 }
 
@@ -385,7 +390,7 @@ fn node_answer(
         (status = 413, description = "`files` are too large together", body = ErrorBody),
         (status = 422, description = "a field is missing or invalid", body = ErrorBody),
         (status = 500, description = "node could not be started", body = ErrorBody),
-        (status = 503, description = "the session limit is reached", body = ErrorBody),
+        (status = 429, description = "the session limit is reached: delete a session first", body = ErrorBody),
     ))]
 pub async fn node_execute(
     State(state): State<AppState>,
@@ -517,7 +522,7 @@ pub async fn node_sessions(
         (status = 200, body = Envelope<NodeJsCreateSessionResponse>),
         (status = 422, description = "a field is missing or invalid", body = ErrorBody),
         (status = 500, description = "node could not be started", body = ErrorBody),
-        (status = 503, description = "the session limit is reached", body = ErrorBody),
+        (status = 429, description = "the session limit is reached: delete a session first", body = ErrorBody),
     ))]
 pub async fn node_create_session(
     State(state): State<AppState>,
@@ -605,7 +610,7 @@ pub async fn node_delete_session(
         (status = 200, body = Envelope<CodeExecuteResponse>),
         (status = 422, description = "a field is missing or invalid", body = ErrorBody),
         (status = 500, description = "the runtime could not be started", body = ErrorBody),
-        (status = 503, description = "the session limit is reached", body = ErrorBody),
+        (status = 429, description = "the session limit is reached: delete a session first", body = ErrorBody),
     ))]
 pub async fn code_execute(
     State(state): State<AppState>,

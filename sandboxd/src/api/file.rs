@@ -576,7 +576,7 @@ pub async fn upload(
 #[utoipa::path(get, path = "/v1/file/download", tag = "file",
     params(FileDownloadQuery),
     responses(
-        (status = 200, description = "the file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 200, description = "the file's bytes, typed by their extension (application/octet-stream when unknown)", content_type = "*/*", body = Vec<u8>),
         (status = 403, description = "path refused", body = ErrorBody),
         (status = 404, description = "no such file", body = ErrorBody),
         (status = 422, description = "no `path`", body = ErrorBody),
