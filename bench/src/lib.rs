@@ -72,6 +72,29 @@ pub fn parse_mib(text: &str) -> Option<f64> {
     number.trim().parse::<f64>().ok().map(|v| v * factor)
 }
 
+/// Starts a sandbox container from `image` named `name` (removing a leftover of the same name)
+/// on the benchmark network at `ip`, with API key `key`; the caller removes it.
+pub fn start_sandbox(name: &str, ip: &str, key: &str, image: &str) -> anyhow::Result<()> {
+    let _ = docker(&["rm", "-f", name]);
+    docker(&[
+        "run",
+        "-d",
+        "--rm",
+        "--name",
+        name,
+        "--network",
+        NETWORK,
+        "--ip",
+        ip,
+        "--label",
+        "agentbox.bench=1",
+        "-e",
+        &format!("SANDBOX_API_KEY={key}"),
+        image,
+    ])?;
+    Ok(())
+}
+
 /// Summary statistics of a sample, in milliseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct Stats {

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use agentbox_bench::{NETWORK, Stats, arg, docker, ensure_network, print_header, print_row};
+use agentbox_bench::{Stats, arg, docker, ensure_network, print_header, print_row, start_sandbox};
 use anyhow::{Context, bail};
 
 const IP: &str = "172.31.250.11";
@@ -30,23 +30,7 @@ async fn main() -> anyhow::Result<()> {
     let image: String = arg("--image", "agentbox/sandbox:latest".to_string());
     ensure_network()?;
     let name = format!("agentbox-bench-capabilities-{}", std::process::id());
-    let _ = docker(&["rm", "-f", &name]);
-    docker(&[
-        "run",
-        "-d",
-        "--rm",
-        "--name",
-        &name,
-        "--network",
-        NETWORK,
-        "--ip",
-        IP,
-        "--label",
-        "agentbox.bench=1",
-        "-e",
-        &format!("SANDBOX_API_KEY={KEY}"),
-        &image,
-    ])?;
+    start_sandbox(&name, IP, KEY, &image)?;
     let result = run(&name, iterations).await;
     let _ = docker(&["rm", "-f", &name]);
     result

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agentbox_bench::{NETWORK, Stats, arg, docker, ensure_network, print_header, print_row};
+use agentbox_bench::{Stats, arg, docker, ensure_network, print_header, print_row, start_sandbox};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
@@ -41,23 +41,7 @@ async fn main() -> anyhow::Result<()> {
     let image: String = arg("--image", "agentbox/sandbox:latest".to_string());
     ensure_network()?;
     let name = format!("agentbox-bench-file-watch-{}", std::process::id());
-    let _ = docker(&["rm", "-f", &name]);
-    docker(&[
-        "run",
-        "-d",
-        "--rm",
-        "--name",
-        &name,
-        "--network",
-        NETWORK,
-        "--ip",
-        IP,
-        "--label",
-        "agentbox.bench=1",
-        "-e",
-        &format!("SANDBOX_API_KEY={KEY}"),
-        &image,
-    ])?;
+    start_sandbox(&name, IP, KEY, &image)?;
     let result = run(iterations, Duration::from_millis(interval_ms)).await;
     let _ = docker(&["rm", "-f", &name]);
     result
