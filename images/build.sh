@@ -37,6 +37,12 @@ rsync_like "$root/images/sandbox/packages.txt" "$context/packages.txt"
 rsync_like "$root/target/release/sandboxd" "$context/sandboxd"
 rm -rf "$context/rootfs"
 cp -a "$root/images/sandbox/rootfs" "$context/rootfs"
+# xterm.js for the terminal page (/terminal); see images/xterm/fetch.sh.
+xterm=$("$root/images/xterm/fetch.sh")
+mkdir -p "$context/xterm"
+for file in xterm.js xterm.css xterm-addon-fit.js; do
+  rsync_like "$xterm/$file" "$context/xterm/$file"
+done
 
 log "building $image from $base"
 docker build -q \

@@ -70,6 +70,9 @@ pub struct Settings {
     pub browser: BrowserSettings,
     /// The remote desktop (noVNC and the VNC server behind it).
     pub vnc: VncSettings,
+    /// xterm.js's files for the terminal page (`SANDBOXD_XTERM_DIR`, default
+    /// `/usr/share/agentbox/xterm`: `xterm.js`, `xterm.css`, `xterm-addon-fit.js`).
+    pub xterm_dir: PathBuf,
 }
 
 /// Settings of the remote desktop sandboxd fronts on its own port (`/vnc/`, `/websockify`).
@@ -324,6 +327,9 @@ impl Settings {
             )?,
             browser: BrowserSettings::from_lookup(&get)?,
             vnc: VncSettings::from_lookup(&get)?,
+            xterm_dir: get("SANDBOXD_XTERM_DIR")
+                .unwrap_or_else(|| "/usr/share/agentbox/xterm".into())
+                .into(),
         })
     }
 }

@@ -29,6 +29,7 @@ pub mod files;
 pub mod jupyter;
 pub mod markdown;
 pub mod nodejs;
+pub mod packages;
 pub mod pid1;
 pub mod recording;
 pub mod shell;

@@ -1,11 +1,12 @@
-//! Tickets and viewer sessions, for browsers that cannot send headers.
+//! Tickets and browser sessions, for browsers that cannot send headers.
 //!
-//! A browser opening the remote desktop cannot put the API key on its page loads and
-//! WebSocket. A holder of the key asks for a **ticket** (`POST /tickets`): random, single-use,
-//! valid for [`TICKET_TTL`]. The browser brings it once, in the URL of the viewer page; sandboxd
-//! trades it for a **viewer session** in an HttpOnly, SameSite=Strict cookie, valid for
-//! [`SESSION_TTL`], that opens the viewer's files and its WebSocket and nothing else. A ticket
-//! may be view-only; its session is then view-only whatever the page asks for.
+//! A browser opening the remote desktop or the terminal page cannot put the API key on its page
+//! loads and WebSocket. A holder of the key asks for a **ticket** (`POST /tickets`): random,
+//! single-use, valid for [`TICKET_TTL`], for one [`Scope`]. The browser brings it once, in the
+//! URL of the page; sandboxd trades it for a **session** in an HttpOnly, SameSite=Strict cookie,
+//! valid for [`SESSION_TTL`], that opens that page's files and its WebSocket and nothing else:
+//! a desktop session never opens the terminal, nor a terminal session the desktop. A desktop
+//! ticket may be view-only; its session is then view-only whatever the page asks for.
 //!
 //! Only SHA-256 digests of tickets and sessions are kept, in memory, with bounded counts.
 //!
@@ -27,11 +28,29 @@ pub const SESSION_TTL: Duration = Duration::from_secs(3600);
 /// Most tickets (and, separately, sessions) held at once; the oldest go first.
 const MAX_ENTRIES: usize = 256;
 
-/// What a ticket or session allows.
+/// What a ticket, and the session it opens, give access to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The remote desktop, watched and used.
+    Desktop,
+    /// The remote desktop, watched only.
+    DesktopViewOnly,
+    /// The terminal page: a shell as the agent user.
+    Terminal,
+}
+
+/// What a ticket or session allows, until when.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
-    pub view_only: bool,
+    pub scope: Scope,
     pub expires: Instant,
+}
+
+impl Grant {
+    /// Whether only the desktop's picture may be seen.
+    pub fn view_only(&self) -> bool {
+        self.scope == Scope::DesktopViewOnly
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,17 +96,17 @@ impl Tickets {
     }
 
     /// A new single-use ticket.
-    pub fn issue(&self, view_only: bool) -> Result<(String, Grant), TicketError> {
+    pub fn issue(&self, scope: Scope) -> Result<(String, Grant), TicketError> {
         let ticket = new_secret()?;
         let grant = Grant {
-            view_only,
+            scope,
             expires: Instant::now() + TICKET_TTL,
         };
         insert(&self.tickets, digest(&ticket), grant);
         Ok((ticket, grant))
     }
 
-    /// Trades a valid ticket (once) for a viewer session: `(session secret, grant)`.
+    /// Trades a valid ticket (once) for a session of its scope: `(session secret, grant)`.
     pub fn redeem(&self, ticket: &str) -> Result<Option<(String, Grant)>, TicketError> {
         let grant = {
             let Ok(mut tickets) = self.tickets.lock() else {
@@ -100,7 +119,7 @@ impl Tickets {
         };
         let session = new_secret()?;
         let grant = Grant {
-            view_only: grant.view_only,
+            scope: grant.scope,
             expires: Instant::now() + SESSION_TTL,
         };
         insert(&self.sessions, digest(&session), grant);
@@ -124,11 +143,14 @@ mod tests {
     #[test]
     fn a_ticket_is_redeemed_once_for_a_session_that_keeps_its_mode() {
         let tickets = Tickets::new();
-        let (ticket, _) = tickets.issue(true).unwrap();
+        let (ticket, _) = tickets.issue(Scope::DesktopViewOnly).unwrap();
         let (session, grant) = tickets.redeem(&ticket).unwrap().unwrap();
-        assert!(grant.view_only);
+        assert!(grant.view_only());
         assert!(tickets.redeem(&ticket).unwrap().is_none(), "single use");
-        assert_eq!(tickets.session(&session).map(|g| g.view_only), Some(true));
+        assert_eq!(
+            tickets.session(&session).map(|g| g.scope),
+            Some(Scope::DesktopViewOnly)
+        );
         assert!(tickets.session("forged").is_none());
         assert!(tickets.redeem("forged").unwrap().is_none());
     }
@@ -136,9 +158,9 @@ mod tests {
     #[test]
     fn counts_are_bounded() {
         let tickets = Tickets::new();
-        let first = tickets.issue(false).unwrap().0;
+        let first = tickets.issue(Scope::Desktop).unwrap().0;
         for _ in 0..MAX_ENTRIES {
-            tickets.issue(false).unwrap();
+            tickets.issue(Scope::Desktop).unwrap();
         }
         assert!(tickets.tickets.lock().unwrap().len() <= MAX_ENTRIES);
         assert!(

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use agentbox_tests::router::{Call, call, served_methods, served_paths};
+use agentbox_tests::router::{Call, call, send, served_methods, served_paths};
 use axum::http::StatusCode;
 use sandboxd::activity::Activity;
 use sandboxd::api::{AppState, router};
@@ -51,6 +51,66 @@ async fn the_key_is_required_everywhere_but_healthz() {
     }
 }
 
+/// AIO's sub-request check answers 200 for the key, a ticket (once) or the session it opened,
+/// and 401 for anything else, without the key being needed to reach it.
+#[tokio::test]
+async fn auth_answers_only_for_a_credential() {
+    let app = app(Some("k1"));
+    let (status, body) = call(
+        &app,
+        Call::get("/auth").header("authorization", "Bearer k1"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (body["status"].as_str(), body["method"].as_str()),
+        (Some("authenticated"), Some("key"))
+    );
+    for attempt in [
+        Call::get("/auth"),
+        Call::get("/auth").header("authorization", "Bearer k2"),
+        Call::get("/auth").header("x-original-uri", "/vnc/index.html?ticket=forged"),
+        Call::get("/auth").header("cookie", "sandboxd_viewer=forged"),
+    ] {
+        assert_eq!(call(&app, attempt).await.0, StatusCode::UNAUTHORIZED);
+    }
+    let (_, issued) = call(
+        &app,
+        Call::post("/tickets")
+            .header("authorization", "Bearer k1")
+            .json(&serde_json::json!({"view_only": true})),
+    )
+    .await;
+    let ticket = issued["data"]["ticket"]
+        .as_str()
+        .expect("a ticket")
+        .to_string();
+    let original = format!("/vnc/index.html?ticket={ticket}");
+    let answer = send(&app, Call::get("/auth").header("x-original-uri", &original)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let body = answer.json();
+    assert_eq!(
+        (body["method"].as_str(), body["view_only"].as_str()),
+        (Some("ticket"), Some("true"))
+    );
+    let cookie = answer
+        .header("set-cookie")
+        .and_then(|v| v.split(';').next())
+        .expect("a session cookie")
+        .to_string();
+    let again = call(&app, Call::get("/auth").header("x-original-uri", &original)).await;
+    assert_eq!(again.0, StatusCode::UNAUTHORIZED, "a ticket is used once");
+    let (status, body) = call(&app, Call::get("/auth").header("cookie", &cookie)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (body["method"].as_str(), body["view_only"].as_str()),
+        (Some("session"), Some("true"))
+    );
+    // The session opens the viewer, not the API.
+    let api = call(&app, Call::get("/v1/sandbox").header("cookie", &cookie)).await;
+    assert_eq!(api.0, StatusCode::UNAUTHORIZED);
+}
+
 #[tokio::test]
 async fn unknown_routes_and_programs_get_json_errors() {
     let app = app(None);
@@ -94,6 +154,16 @@ const UNDOCUMENTED: &[(&str, &str)] = &[
         "Chromium's DevTools HTTP endpoints and WebSocket, relayed as they are",
     ),
     ("/mcp", "the MCP server, which lists its own tools"),
+    ("/terminal", "the terminal page (HTML) for a browser"),
+    ("/terminal/", "the terminal page (HTML) for a browser"),
+    (
+        "/terminal/ws",
+        "the terminal page's WebSocket, /v1/shell/ws's (documented there) under the page's path",
+    ),
+    (
+        "/terminal/{file}",
+        "the terminal page's script and xterm.js's files",
+    ),
     ("/mcp/", "the MCP server, which lists its own tools"),
     (
         "/mcp/{__private__axum_nest_tail_param}",
@@ -202,6 +272,7 @@ async fn the_openapi_document_describes_every_route() {
     assert!(listed > 0);
     assert_eq!(answered_501, listed, "operations answering 501");
     assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
+    assert!(doc["paths"]["/auth"]["get"]["security"].is_null());
     assert!(doc["paths"]["/v1/processes"]["get"]["security"].is_array());
     assert!(doc["components"]["schemas"]["ProcessInfo"].is_object());
 }
@@ -309,7 +380,7 @@ async fn aio_paths_sandboxd_does_not_serve_answer_501_saying_why() {
         ("GET", "/v1/sandbox/observe/metrics", "observability"),
         ("PUT", "/v1/proxy/upstream", "egress"),
         ("GET", "/v1/browser/proxy.pac", "egress"),
-        ("GET", "/v1/sandbox/packages/python", "issue 11"),
+        ("GET", "/v1/browser/network/requests", "issue 11"),
     ] {
         let what = format!("{method} {path}");
         let (status, body) = call(&app, Call::new(method.parse().unwrap(), path)).await;

@@ -78,3 +78,12 @@ pub struct AvailableTool {
     pub name: String,
     pub description: String,
 }
+
+/// One installed package (`GET /v1/sandbox/packages/{python,nodejs}`), sorted by name.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct PackageInfo {
+    pub name: String,
+    pub version: String,
+    /// The directory it was found in: a Python site directory or a `node_modules` directory.
+    pub location: String,
+}

@@ -3,9 +3,13 @@
 //! - Every route but `/healthz` needs the API key: `Authorization: Bearer <key>` or
 //!   `X-AIO-API-Key: <key>`, compared in constant time ([`require_api_key`]). Only an explicit
 //!   `SANDBOX_AUTH=none` at start-up runs without one.
-//! - The viewer routes (`/vnc/...`) also take a viewer session ([`require_key_or_viewer`]): a
-//!   ticket from `POST /tickets` in the URL is traded once for an HttpOnly, SameSite=Strict
-//!   cookie scoped to `/vnc`, and the request is redirected to the same URL without the ticket.
+//! - The viewer routes (`/vnc/...`) also take a desktop session ([`require_key_or_viewer`]),
+//!   and the terminal page (`/terminal...`) a terminal session ([`require_key_or_terminal`]): a
+//!   ticket of the right scope from `POST /tickets` in the URL is traded once for an HttpOnly,
+//!   SameSite=Strict cookie scoped to that path, and the request is redirected to the same URL
+//!   without the ticket.
+//! - `GET /auth` (AIO's sub-request check, `super::tickets::authenticate`) needs none of them
+//!   to be reached and answers 200 only for one of them.
 
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderMap, HeaderValue};
@@ -17,6 +21,7 @@ use subtle::ConstantTimeEq;
 use super::AppState;
 use super::error::ApiError;
 use super::vnc::VIEWER_COOKIE;
+use crate::tickets::{Grant, Scope};
 
 /// How a request to a viewer route was let in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,75 +47,147 @@ pub async fn require_api_key(
     }
 }
 
-/// The key, a ticket (traded for a session), or a viewer session cookie.
-pub async fn require_key_or_viewer(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// A kind of browser session: the cookie that carries it and the ticket scopes that open it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SessionKind {
+    /// The cookie's name.
+    pub cookie: &'static str,
+    /// The cookie's `Path`: the pages and WebSocket the session opens.
+    pub path: &'static str,
+    /// What this kind of session is, for messages.
+    pub what: &'static str,
+    pub scopes: &'static [Scope],
+}
+
+/// The remote desktop under `/vnc`.
+pub(super) const DESKTOP: SessionKind = SessionKind {
+    cookie: VIEWER_COOKIE,
+    path: "/vnc",
+    what: "desktop",
+    scopes: &[Scope::Desktop, Scope::DesktopViewOnly],
+};
+
+/// The terminal page under `/terminal`.
+pub(super) const TERMINAL: SessionKind = SessionKind {
+    cookie: super::terminal_page::TERMINAL_COOKIE,
+    path: "/terminal",
+    what: "terminal",
+    scopes: &[Scope::Terminal],
+};
+
+/// How a browser session check ended.
+enum SessionCheck {
+    /// Let the request through with this grant (`None`: the key).
+    Pass(Option<Grant>),
+    /// Answer this instead (a redirect that sets the cookie, or a refusal).
+    Answer(Response),
+}
+
+/// The key, a ticket of one of `kind`'s scopes (traded for a session: a redirect that sets its
+/// cookie, or for a WebSocket, which cannot follow one, the ticket's grant directly), or a
+/// session cookie of `kind`.
+fn check_session(state: &AppState, kind: SessionKind, request: &Request) -> SessionCheck {
     let key_ok = match &state.settings.api_key {
         Some(key) => presented_key_matches(request.headers(), key),
         None => true,
     };
     if key_ok {
-        request.extensions_mut().insert(ViewerAccess::Key);
-        return next.run(request).await;
+        return SessionCheck::Pass(None);
     }
     if let Some(ticket) = query_value(request.uri(), "ticket") {
-        let session = match state.tickets.redeem(&ticket) {
-            Ok(Some(session)) => session,
-            Ok(None) => {
-                return ApiError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "the ticket is unknown, used or expired: ask for a new one (POST /tickets)",
-                )
-                .into_response();
+        let (secret, grant) = match state.tickets.redeem(&ticket) {
+            Ok(Some((secret, grant))) if kind.scopes.contains(&grant.scope) => (secret, grant),
+            Ok(Some(_)) => {
+                return SessionCheck::Answer(
+                    ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        format!("the ticket is not for the {}", kind.what),
+                    )
+                    .into_response(),
+                );
             }
-            Err(error) => return ApiError::internal(error.to_string()).into_response(),
+            Ok(None) => {
+                return SessionCheck::Answer(
+                    ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        "the ticket is unknown, used or expired: ask for a new one (POST /tickets)",
+                    )
+                    .into_response(),
+                );
+            }
+            Err(error) => {
+                return SessionCheck::Answer(ApiError::internal(error.to_string()).into_response());
+            }
         };
-        let (secret, grant) = session;
-        let access = if grant.view_only {
-            ViewerAccess::ViewOnlySession
-        } else {
-            ViewerAccess::Session
-        };
-        let cookie = format!(
-            "{VIEWER_COOKIE}={secret}; Path=/vnc; Max-Age={}; HttpOnly; SameSite=Strict",
-            crate::tickets::SESSION_TTL.as_secs()
-        );
-        let cookie = HeaderValue::from_str(&cookie).ok();
         if agentbox_http::ws::is_upgrade(request.headers()) {
-            // A WebSocket cannot follow a redirect: let it through with the ticket's grant.
-            request.extensions_mut().insert(access);
-            return next.run(request).await;
+            return SessionCheck::Pass(Some(grant));
         }
         // Take the ticket out of the address bar (and of any later Referer).
         let target = without_query_value(request.uri(), "ticket");
         let mut response =
             (StatusCode::SEE_OTHER, [(header::LOCATION, target.as_str())]).into_response();
-        if let Some(cookie) = cookie {
+        if let Some(cookie) = session_cookie(kind, &secret) {
             response.headers_mut().insert(header::SET_COOKIE, cookie);
         }
         response
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return response;
+        return SessionCheck::Answer(response);
     }
-    if let Some(secret) = cookie_value(request.headers(), VIEWER_COOKIE)
-        && let Some(grant) = state.tickets.session(&secret)
+    if let Some(grant) = cookie_value(request.headers(), kind.cookie)
+        .and_then(|secret| state.tickets.session(&secret))
+        .filter(|grant| kind.scopes.contains(&grant.scope))
     {
-        let access = if grant.view_only {
-            ViewerAccess::ViewOnlySession
-        } else {
-            ViewerAccess::Session
-        };
-        request.extensions_mut().insert(access);
-        return next.run(request).await;
+        return SessionCheck::Pass(Some(grant));
     }
-    ApiError::unauthorized().into_response()
+    SessionCheck::Answer(ApiError::unauthorized().into_response())
 }
 
-fn presented_key_matches(headers: &HeaderMap, key: &str) -> bool {
+/// The key, a desktop ticket (traded for a session), or a desktop session cookie.
+pub async fn require_key_or_viewer(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match check_session(&state, DESKTOP, &request) {
+        SessionCheck::Pass(grant) => {
+            let access = match grant {
+                None => ViewerAccess::Key,
+                Some(grant) if grant.view_only() => ViewerAccess::ViewOnlySession,
+                Some(_) => ViewerAccess::Session,
+            };
+            request.extensions_mut().insert(access);
+            next.run(request).await
+        }
+        SessionCheck::Answer(response) => response,
+    }
+}
+
+/// The key, a terminal ticket (traded for a session), or a terminal session cookie.
+pub async fn require_key_or_terminal(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match check_session(&state, TERMINAL, &request) {
+        SessionCheck::Pass(_) => next.run(request).await,
+        SessionCheck::Answer(response) => response,
+    }
+}
+
+/// The `Set-Cookie` value of a session of `kind` (`None` if the secret is not header-safe,
+/// which [`crate::tickets`]' URL-safe base64 secrets always are).
+pub(super) fn session_cookie(kind: SessionKind, secret: &str) -> Option<HeaderValue> {
+    let cookie = format!(
+        "{}={secret}; Path={}; Max-Age={}; HttpOnly; SameSite=Strict",
+        kind.cookie,
+        kind.path,
+        crate::tickets::SESSION_TTL.as_secs()
+    );
+    HeaderValue::from_str(&cookie).ok()
+}
+
+pub(super) fn presented_key_matches(headers: &HeaderMap, key: &str) -> bool {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -135,7 +212,7 @@ fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
         .collect()
 }
 
-fn query_value(uri: &Uri, name: &str) -> Option<String> {
+pub(super) fn query_value(uri: &Uri, name: &str) -> Option<String> {
     query_pairs(uri)
         .into_iter()
         .find(|(k, _)| k == name)
@@ -157,7 +234,7 @@ fn without_query_value(uri: &Uri, name: &str) -> String {
     format!("{}?{query}", uri.path())
 }
 
-fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(super) fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     agentbox_http::cookie::value(headers, name).map(str::to_string)
 }
 

@@ -163,7 +163,7 @@ pub(super) fn done(message: impl Into<String>) -> Json<Envelope<()>> {
 
 /// The `Host` the client reached sandboxd at (host and port), so that reported URLs work as
 /// given through the same port.
-fn request_host(headers: &HeaderMap) -> String {
+pub(super) fn request_host(headers: &HeaderMap) -> String {
     headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())

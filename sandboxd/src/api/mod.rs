@@ -31,6 +31,7 @@ pub mod processes;
 pub mod record;
 pub mod sandbox;
 pub mod shell;
+pub mod terminal_page;
 pub mod tickets;
 pub mod types;
 pub mod unsupported;
@@ -230,10 +231,16 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(code::routes())
 }
 
+/// The routes reached without the key: liveness, and `GET /auth`, which checks a credential
+/// itself.
+fn public_routes() -> OpenApiRouter<AppState> {
+    health::public_routes().merge(tickets::public_routes())
+}
+
 /// The generated OpenAPI document of the whole API.
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
     let (_, mut document) = protected_routes().split_for_parts();
-    let (_, public) = health::public_routes().split_for_parts();
+    let (_, public) = public_routes().split_for_parts();
     document.merge(public);
     unsupported::document(&mut document);
     openapi::finish(&mut document);
@@ -288,11 +295,20 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             track_activity,
         ));
-    let (public, _) = health::public_routes().split_for_parts();
+    let terminal = terminal_page::routes()
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key_or_terminal,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            track_activity,
+        ));
+    let (public, _) = public_routes().split_for_parts();
     // The fallbacks, the request span and, outermost, the unread-body layer; the default
     // body limit applies to every route.
     plumbing::wrap::<ApiError, _, _>(
-        public.merge(protected).merge(viewer),
+        public.merge(protected).merge(viewer).merge(terminal),
         DefaultBodyLimit::max(DEFAULT_BODY_LIMIT),
         state.request_ids.clone(),
     )

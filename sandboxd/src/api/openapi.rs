@@ -24,7 +24,8 @@ pub fn base() -> OpenApi {
         .build()
 }
 
-/// Adds the security schemes and makes every operation but `/healthz` require one of them;
+/// Adds the security schemes and makes every operation but `/healthz` and `/auth` (which
+/// checks a key, ticket or session itself) require one of them;
 /// documents the answers the shared plumbing gives (401, and 400/413/422 for bad input).
 pub fn finish(document: &mut OpenApi) {
     agentbox_http::openapi::require_security(
@@ -39,7 +40,7 @@ pub fn finish(document: &mut OpenApi) {
                 SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-AIO-API-Key"))),
             ),
         ],
-        &["/healthz"],
+        &["/healthz", "/auth"],
     );
     agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
     document_browser_unavailable(document);

@@ -1,4 +1,5 @@
-//! `GET /v1/sandbox`: who and where the agent is, in AIO's shape.
+//! `GET /v1/sandbox`: who and where the agent is, in AIO's shape; and the packages installed
+//! for its Python and Node.js (`GET /v1/sandbox/packages/{python,nodejs}`).
 
 use axum::Json;
 use axum::extract::State;
@@ -7,14 +8,20 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
+use super::error::ApiError;
 use super::types::{
-    AvailableTool, RuntimeEnv, SandboxContext, SandboxDetail, SandboxResponse, ScreenInfo,
-    SystemEnv, ToolCategory, ToolSpec,
+    AvailableTool, Envelope, PackageInfo, RuntimeEnv, SandboxContext, SandboxDetail,
+    SandboxResponse, ScreenInfo, SystemEnv, ToolCategory, ToolSpec,
 };
+use crate::packages;
 use crate::system_info::{self, Runtime, SystemInfo};
+use std::path::Path;
 
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(context))
+    OpenApiRouter::new()
+        .routes(routes!(context))
+        .routes(routes!(python_packages))
+        .routes(routes!(nodejs_packages))
 }
 
 /// Home dir, workspace, version and system details. The context is both in `data` and at the
@@ -29,6 +36,57 @@ pub async fn context(State(state): State<AppState>) -> Json<SandboxResponse> {
         data: context.clone(),
         context,
     })
+}
+
+/// The Python distributions the system `python3` sees (the agent's user site included), read
+/// from their metadata without starting Python.
+#[utoipa::path(get, path = "/v1/sandbox/packages/python", tag = "sandbox",
+    responses((status = 200, body = Envelope<Vec<PackageInfo>>)))]
+pub async fn python_packages(
+    State(state): State<AppState>,
+) -> Result<Json<Envelope<Vec<PackageInfo>>>, ApiError> {
+    let home = state.settings.home_dir.clone();
+    listing(move || packages::python_packages(&packages::python_site_dirs(&home, Path::new("/"))))
+        .await
+}
+
+/// The global Node.js packages (npm's prefixes and Debian's module directories), read from
+/// their package.json files.
+#[utoipa::path(get, path = "/v1/sandbox/packages/nodejs", tag = "sandbox",
+    responses((status = 200, body = Envelope<Vec<PackageInfo>>)))]
+pub async fn nodejs_packages(
+    State(state): State<AppState>,
+) -> Result<Json<Envelope<Vec<PackageInfo>>>, ApiError> {
+    let home = state.settings.home_dir.clone();
+    listing(move || packages::node_packages(&packages::node_module_dirs(&home, Path::new("/"))))
+        .await
+}
+
+/// Runs a directory scan off the async workers and answers its packages.
+async fn listing(
+    scan: impl FnOnce() -> packages::Listing + Send + 'static,
+) -> Result<Json<Envelope<Vec<PackageInfo>>>, ApiError> {
+    let listing = tokio::task::spawn_blocking(scan)
+        .await
+        .map_err(|e| ApiError::internal(format!("listing packages failed: {e}")))?;
+    let mut envelope = Envelope::ok(
+        listing
+            .packages
+            .into_iter()
+            .map(|p| PackageInfo {
+                name: p.name,
+                version: p.version,
+                location: p.location.display().to_string(),
+            })
+            .collect(),
+    );
+    if listing.truncated {
+        envelope.message = format!(
+            "the first {} packages (the listing is truncated)",
+            packages::MAX_PACKAGES
+        );
+    }
+    Ok(Json(envelope))
 }
 
 /// The wire context of the system's facts; an unknown fact is `unknown` (memory: 0).

@@ -2,7 +2,7 @@
 //! `wait`, `write`, `kill`), session management, and the interactive terminal WebSocket
 //! (`terminal`).
 
-mod terminal;
+pub(super) mod terminal;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -452,11 +452,24 @@ pub async fn cleanup_session(
     Ok(Json(Envelope::ok(ShellCleanupResult { removed: vec![id] })))
 }
 
-/// The path of the interactive terminal WebSocket.
+/// A link that opens the terminal page in a browser once: `/terminal` with a fresh terminal
+/// ticket (valid for a minute, used up on first load), at the host and port the request
+/// reached. The page's WebSocket is `/v1/shell/ws`'s protocol, at `/terminal/ws`.
 #[utoipa::path(get, path = "/v1/shell/terminal-url", tag = "shell",
     responses((status = 200, body = Envelope<String>)))]
-pub async fn terminal_url() -> Json<Envelope<String>> {
-    Json(Envelope::ok(terminal::PATH.to_string()))
+pub async fn terminal_url(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Json<Envelope<String>>, ApiError> {
+    let (ticket, _) = state
+        .tickets
+        .issue(crate::tickets::Scope::Terminal)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let host = super::browser::request_host(&headers);
+    Ok(Json(Envelope::ok(format!(
+        "http://{host}{}?ticket={ticket}",
+        super::terminal_page::PAGE
+    ))))
 }
 
 fn command_result(
