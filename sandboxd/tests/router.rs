@@ -302,10 +302,8 @@ async fn the_sandbox_context_reports_node_when_it_is_installed() {
 async fn aio_paths_sandboxd_does_not_serve_answer_501_saying_why() {
     let app = app(None);
     for (method, path, says) in [
-        ("POST", "/v1/browser/captcha/wait", "captcha"),
-        ("GET", "/v1/skills/metadatas", "skills"),
-        ("PUT", "/v1/skills/anything/below", "skills"),
-        ("GET", "/v1/sandbox/hooks", "orchestrator"),
+        ("GET", "/v1/sandbox/observe/status", "observability"),
+        ("DELETE", "/v1/proxy/mappings/anything/below", "egress"),
         ("GET", "/v1/sandbox/observe/metrics", "observability"),
         ("PUT", "/v1/proxy/upstream", "egress"),
         ("GET", "/v1/browser/proxy.pac", "egress"),
@@ -319,13 +317,13 @@ async fn aio_paths_sandboxd_does_not_serve_answer_501_saying_why() {
         assert!(message.contains(says), "{what}: {message}");
     }
     // Neighbours of those paths are still plain 404s.
-    for path in ["/v1/skillset", "/v1/jupyterlab", "/v1/browser/captchas"] {
+    for path in ["/v1/proxyx", "/v1/jupyterlab", "/v1/sandbox/observer"] {
         let (status, _) = call(&app, Call::get(path)).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
     // The key is still required first.
     let keyed = app_with_key();
-    let (status, _) = call(&keyed, Call::get("/v1/skills/metadatas")).await;
+    let (status, _) = call(&keyed, Call::get("/v1/proxy/upstream")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
