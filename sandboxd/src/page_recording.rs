@@ -475,7 +475,7 @@ fn ffmpeg_args(options: Options, max_file_bytes: u64) -> Vec<String> {
         "-i",
         "pipe:0",
         "-vf",
-        "scale=trunc(iw/2)*2:trunc(ih/2)*2",
+        "scale=trunc(iw/2)*2:trunc(ih/2)*2,setsar=1",
         "-c:v",
         "libx264",
         "-preset",
