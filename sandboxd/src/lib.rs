@@ -19,6 +19,9 @@
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`vnc`]: the VNC server's passwords and the RFB handshakes behind `/vnc/websockify`.
 //! - [`tickets`]: single-use tickets and viewer sessions for browsers.
+//! - [`skills`]: the agent's skills directory (`SKILL.md` directories) behind `/v1/skills`.
+//! - [`hooks`]: shell commands run at shutdown, before the programs stop.
+//! - [`page_recording`]: one tab's screencast (CDP frames) to MP4 through ffmpeg.
 
 pub mod activity;
 pub mod api;
@@ -26,13 +29,16 @@ pub mod browser;
 pub mod config;
 pub mod desktop_session;
 pub mod files;
+pub mod hooks;
 pub mod jupyter;
 pub mod markdown;
 pub mod nodejs;
 pub mod packages;
+pub mod page_recording;
 pub mod pid1;
 pub mod recording;
 pub mod shell;
+pub mod skills;
 pub mod system_info;
 pub mod tickets;
 pub mod vnc;
@@ -105,6 +111,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let shell = state.shell.clone();
     api::spawn_code_reapers(&state);
     let recorder = state.recorder.clone();
+    let hooks = state.hooks.clone();
+    let page_recorder = state.page_recorder.clone();
     let app = api::router(state);
     // Building the router generated the OpenAPI descriptions of every route, then dropped
     // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
@@ -144,7 +152,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }
     }
 
+    // Hooks first, while the desktop, the browser and the files are all still there.
+    hooks.run_shutdown(hooks::SHUTDOWN_BUDGET).await;
     recorder.shutdown().await;
+    page_recorder.shutdown().await;
     shell.shutdown().await;
     supervisor.shutdown().await;
     let _ = stop_http_tx.send(());

@@ -373,10 +373,8 @@ async fn the_sandbox_context_reports_node_when_it_is_installed() {
 async fn aio_paths_sandboxd_does_not_serve_answer_501_saying_why() {
     let app = app(None);
     for (method, path, says) in [
-        ("POST", "/v1/browser/captcha/wait", "captcha"),
-        ("GET", "/v1/skills/metadatas", "skills"),
-        ("PUT", "/v1/skills/anything/below", "skills"),
-        ("GET", "/v1/sandbox/hooks", "orchestrator"),
+        ("GET", "/v1/sandbox/observe/status", "observability"),
+        ("DELETE", "/v1/proxy/mappings/anything/below", "egress"),
         ("GET", "/v1/sandbox/observe/metrics", "observability"),
         ("PUT", "/v1/proxy/upstream", "egress"),
         ("GET", "/v1/browser/proxy.pac", "egress"),
@@ -390,16 +388,62 @@ async fn aio_paths_sandboxd_does_not_serve_answer_501_saying_why() {
         assert!(message.contains(says), "{what}: {message}");
     }
     // Neighbours of those paths are still plain 404s.
-    for path in ["/v1/skillset", "/v1/jupyterlab", "/v1/browser/captchas"] {
+    for path in ["/v1/proxyx", "/v1/jupyterlab", "/v1/sandbox/observer"] {
         let (status, _) = call(&app, Call::get(path)).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
     // The key is still required first.
     let keyed = app_with_key();
-    let (status, _) = call(&keyed, Call::get("/v1/skills/metadatas")).await;
+    let (status, _) = call(&keyed, Call::get("/v1/proxy/upstream")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }
 
 fn app_with_key() -> axum::Router {
     app(Some("k1"))
+}
+
+#[tokio::test]
+async fn shutdown_hooks_are_registered_checked_and_removed() {
+    let app = app(None);
+    for (body, field) in [
+        (serde_json::json!({"command": "true"}), "name"),
+        (
+            serde_json::json!({"name": "a b", "command": "true"}),
+            "name",
+        ),
+        (serde_json::json!({"name": "x"}), "command"),
+        (serde_json::json!({"name": "x", "command": " "}), "command"),
+        (
+            serde_json::json!({"name": "x", "command": "true", "timeout": 0}),
+            "timeout",
+        ),
+        (
+            serde_json::json!({"name": "x", "command": "true", "event": "boot"}),
+            "event",
+        ),
+    ] {
+        let (status, answer) = call(&app, Call::post("/v1/sandbox/hooks").json(&body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        assert_eq!(
+            answer["detail"][0]["loc"],
+            serde_json::json!(["body", field]),
+            "{answer}"
+        );
+    }
+    let (_, listed) = call(&app, Call::get("/v1/sandbox/hooks")).await;
+    assert_eq!(listed["data"], serde_json::json!([]));
+    let body = serde_json::json!({"name": "save", "command": "echo bye", "priority": 2});
+    let (status, answer) = call(&app, Call::post("/v1/sandbox/hooks").json(&body)).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["data"]["source"], "api");
+    assert_eq!(answer["data"]["event"], "shutdown");
+    assert_eq!(answer["data"]["timeout"], 5.0);
+    let (_, listed) = call(&app, Call::get("/v1/sandbox/hooks?event=shutdown")).await;
+    assert_eq!(listed["data"][0]["name"], "save");
+    let (status, _) = call(&app, Call::get("/v1/sandbox/hooks?event=boot")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, _) = call(&app, Call::delete("/v1/sandbox/hooks/save")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(&app, Call::delete("/v1/sandbox/hooks/save")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

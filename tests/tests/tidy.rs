@@ -127,6 +127,14 @@ const COMMAND_BUILDERS: &[(&str, &str)] = &[
         "ffmpeg recording the display, spawned through the reaper",
     ),
     (
+        "sandboxd/src/page_recording.rs",
+        "ffmpeg encoding a page screencast, spawned through the reaper",
+    ),
+    (
+        "sandboxd/src/hooks.rs",
+        "the bash of a shutdown hook, spawned through the reaper",
+    ),
+    (
         "orchestrator/src/backend/egress.rs",
         "iptables on the host: the orchestrator runs no reaper (see DIRECT_SPAWNERS)",
     ),

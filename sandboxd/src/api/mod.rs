@@ -15,6 +15,7 @@ pub mod bash;
 pub mod browser;
 pub mod browser_page_more;
 pub mod browser_storage;
+pub mod captcha;
 pub mod cdp;
 pub mod code;
 pub mod desktop;
@@ -24,14 +25,17 @@ pub mod extract;
 pub mod file;
 pub mod file_watch;
 pub mod health;
+pub mod hooks;
 pub mod mcp;
 pub mod mcp_rest;
 pub mod openapi;
+pub mod page_record;
 pub mod processes;
 pub mod record;
 pub mod sandbox;
 pub mod shell;
 pub mod terminal_page;
+pub mod skills;
 pub mod tickets;
 pub mod types;
 pub mod unsupported;
@@ -79,12 +83,18 @@ pub struct AppState {
     pub tickets: Arc<crate::tickets::Tickets>,
     /// The display's recorder (`/v1/display/record`).
     pub recorder: Arc<crate::recording::Recorder>,
+    /// The page screencast recorder (`/v1/browser/page/record`).
+    pub page_recorder: Arc<crate::page_recording::PageRecorder>,
     /// HTTP client for loopback services (Chromium's DevTools endpoint).
     pub http: reqwest::Client,
     /// Jupyter sessions behind `/v1/jupyter/*` (kernels start on first use).
     pub jupyter: Arc<crate::jupyter::Jupyter>,
     /// Node sessions and runs behind `/v1/nodejs/*`.
     pub node: Arc<crate::nodejs::NodeSessions>,
+    /// The skills directory behind `/v1/skills/*`.
+    pub skills: Arc<crate::skills::Skills>,
+    /// The shutdown hooks behind `/v1/sandbox/hooks` (run by [`crate::run`]).
+    pub hooks: Arc<crate::hooks::Hooks>,
 
     request_ids: RequestIds,
 }
@@ -116,6 +126,15 @@ impl AppState {
         Self {
             jupyter,
             node,
+            skills: Arc::new(crate::skills::Skills::new(
+                settings.home_dir.join("skills"),
+                crate::skills::Limits::default(),
+            )),
+            hooks: Arc::new(crate::hooks::Hooks::new(
+                env_hooks(),
+                code_user(),
+                settings.workspace.clone(),
+            )),
             files: Arc::new(file::service(&settings)),
             watches: Arc::new(crate::files::watch::Watches::new(
                 crate::files::Confinement::new(&settings.file_roots, &settings.workspace),
@@ -129,6 +148,10 @@ impl AppState {
                 settings.display.clone(),
                 (settings.screen.width, settings.screen.height),
                 crate::recording::Limits::default(),
+            )),
+            page_recorder: Arc::new(crate::page_recording::PageRecorder::new(
+                "ffmpeg",
+                crate::page_recording::Limits::default(),
             )),
             http,
             supervisor,
@@ -154,6 +177,21 @@ impl AppState {
             self.supervisor.clone(),
         ));
         self
+    }
+}
+
+/// The shutdown hooks given in the environment ([`crate::hooks::ENV_VAR`]); a value that does
+/// not parse is reported and ignored.
+fn env_hooks() -> Vec<crate::hooks::Hook> {
+    let Ok(value) = std::env::var(crate::hooks::ENV_VAR) else {
+        return Vec::new();
+    };
+    match crate::hooks::parse_env(&value) {
+        Ok(hooks) => hooks,
+        Err(error) => {
+            tracing::error!(%error, "ignoring the shutdown hooks of the environment");
+            Vec::new()
+        }
     }
 }
 
@@ -220,6 +258,8 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(mcp_rest::routes())
         .merge(util::routes())
         .merge(sandbox::routes())
+        .merge(hooks::routes())
+        .merge(skills::routes())
         .merge(shell::routes())
         .merge(bash::routes())
         .merge(file::routes())
@@ -227,6 +267,8 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(browser::routes())
         .merge(browser_page_more::routes())
         .merge(browser_storage::routes())
+        .merge(captcha::routes())
+        .merge(page_record::routes())
         .merge(tickets::routes())
         .merge(code::routes())
 }

@@ -3,9 +3,9 @@
 //! feature is absent rather than that it mistyped a path.
 //!
 //! - [`UNSUPPORTED`]: families that do not fit a single-tenant sandbox behind an orchestrator
-//!   (hooks, observe, skills, the egress proxy, captcha solving), and page screencasts, which
-//!   the desktop recording (`/v1/display/record`) covers. Their paths have routes here
-//!   that take every method and every sub-path.
+//!   (observe, the egress proxy). Their paths have routes here that take every method and
+//!   every sub-path. (Hooks, skills, captcha detection and page screencasts are served:
+//!   `api::hooks`, `api::skills`, `api::captcha`, `api::page_record`.)
 //! - [`PLANNED`]: families sandboxd will serve (issue 11) but does not yet. They have no
 //!   routes, so that adding the real ones never collides with these: the 404 fallback answers
 //!   501 for their paths instead (see [`planned`]).
@@ -39,32 +39,10 @@ pub struct Family {
 /// Not served by design.
 pub const UNSUPPORTED: &[Family] = &[
     Family {
-        name: "sandbox hooks (/v1/sandbox/hooks)",
-        prefixes: &["/v1/sandbox/hooks"],
-        reason: "an Agentbox sandbox is single-tenant and set up by its orchestrator: lifecycle hooks belong to the orchestrator, which creates and removes the sandbox, not to code inside it",
-        operations: &[
-            ("GET", "/v1/sandbox/hooks"),
-            ("POST", "/v1/sandbox/hooks"),
-            ("DELETE", "/v1/sandbox/hooks/{name}"),
-        ],
-    },
-    Family {
         name: "sandbox observability (/v1/sandbox/observe)",
         prefixes: &["/v1/sandbox/observe"],
         reason: "an Agentbox sandbox is single-tenant and set up by its orchestrator: sandboxd logs to stdout (JSON) and the orchestrator keeps runs' events; /v1/sandbox and /v1/processes report the sandbox's state",
         operations: &[("GET", "/v1/sandbox/observe/status")],
-    },
-    Family {
-        name: "skills (/v1/skills)",
-        prefixes: &["/v1/skills"],
-        reason: "an Agentbox sandbox is single-tenant and set up by its orchestrator: an agent's skills are the agent's (its prompt and tools), not a registry inside the sandbox; put files in the workspace with the file API",
-        operations: &[
-            ("DELETE", "/v1/skills"),
-            ("GET", "/v1/skills/metadatas"),
-            ("POST", "/v1/skills/register"),
-            ("DELETE", "/v1/skills/{name}"),
-            ("GET", "/v1/skills/{name}/content"),
-        ],
     },
     Family {
         name: "the egress proxy (/v1/proxy, /v1/browser/proxy.pac)",
@@ -84,21 +62,6 @@ pub const UNSUPPORTED: &[Family] = &[
             ("DELETE", "/v1/proxy/upstream"),
             ("GET", "/v1/browser/proxy.pac"),
         ],
-    },
-    Family {
-        name: "captcha detection and solving (/v1/browser/captcha)",
-        prefixes: &["/v1/browser/captcha"],
-        reason: "sandboxd does not detect or solve captchas: solving them on a site's behalf is not something an Agentbox agent is given; when a page shows one, hand the desktop to a person (take-over) instead",
-        operations: &[
-            ("GET", "/v1/browser/captcha/detect"),
-            ("POST", "/v1/browser/captcha/wait"),
-        ],
-    },
-    Family {
-        name: "page screencast recording (/v1/browser/page/record)",
-        prefixes: &["/v1/browser/page/record"],
-        reason: "sandboxd records the whole desktop instead, the browser with its tabs and popups included: POST /v1/display/record with action start, then stop, and download the MP4 with GET /v1/file/download",
-        operations: &[("POST", "/v1/browser/page/record")],
     },
 ];
 
@@ -252,9 +215,10 @@ mod tests {
 
     #[test]
     fn paths_belong_to_their_family_only_at_segment_boundaries() {
-        assert!(family_of(UNSUPPORTED, "/v1/skills").is_some());
-        assert!(family_of(UNSUPPORTED, "/v1/skills/x/content").is_some());
-        assert!(family_of(UNSUPPORTED, "/v1/skillset").is_none());
+        assert!(family_of(UNSUPPORTED, "/v1/proxy").is_some());
+        assert!(family_of(UNSUPPORTED, "/v1/proxy/excludes/x").is_some());
+        assert!(family_of(UNSUPPORTED, "/v1/proxyx").is_none());
+        assert!(family_of(UNSUPPORTED, "/v1/skills").is_none());
         for family in PLANNED {
             for (method, path) in family.operations {
                 assert!(planned(method, path).is_some(), "{method} {path}");

@@ -14,11 +14,13 @@
 //! - [`tabs`]: list, open, close, activate.
 //! - [`url_policy`]: which URLs may be opened.
 //! - [`script`]: running JavaScript (sandboxd's scripts live in `js/`).
+//! - [`captcha`]: which captcha widgets the page shows (detection only, never solving).
 //!
 //! Every operation acts on the *active tab*, is bounded in time, and reports failures as
 //! [`BrowserError`]. Nothing connects to Chromium until the first operation, so an unused browser
 //! API costs no memory.
 
+pub mod captcha;
 pub mod connection;
 pub mod console;
 pub mod content;
@@ -173,6 +175,12 @@ impl BrowserService {
                 _ => None,
             },
         })
+    }
+
+    /// The active tab, for work that outlives one operation (a page recording).
+    pub async fn active_page(&self) -> Result<Page, BrowserError> {
+        self.bounded("finding the active tab", |_, page| async move { Ok(page) })
+            .await
     }
 
     /// Runs `op` on the active tab within [`OP_TIMEOUT`].

@@ -120,13 +120,8 @@ def _not_supported(call, *words):
 
 
 def test_families_sandboxd_does_not_serve_answer_501_through_the_sdk(client, sandbox):
-    _not_supported(lambda: client.skills.list_metadata(), "skills")
-    _not_supported(lambda: client.skills.get_content("anything"), "skills")
     _not_supported(lambda: client.proxy.get_upstream(), "egress")
     _not_supported(lambda: client.proxy.list_excludes(), "egress")
-    _not_supported(lambda: client.browser_captcha.detect(), "captcha")
-    _not_supported(lambda: client.sandbox.list_hooks(), "hooks")
-    _not_supported(lambda: client.sandbox.remove_hook("x"), "hooks")
     _not_supported(lambda: client.browser_network.get_requests(), "network", "issue 11")
     # Not in the SDK: observe, and the proxy's health; plain HTTP.
     for path in ["/v1/sandbox/observe/status", "/v1/proxy/health"]:
@@ -135,5 +130,5 @@ def test_families_sandboxd_does_not_serve_answer_501_through_the_sdk(client, san
     status, _ = sandbox.request("GET", "/v1/no-such-family")
     assert status == 404
     document = sandbox.request("GET", "/v1/openapi.json")[1]
-    assert "501" in document["paths"]["/v1/skills/metadatas"]["get"]["responses"]
+    assert "501" in document["paths"]["/v1/proxy/upstream"]["get"]["responses"]
     assert "200" in document["paths"]["/v1/bash/exec"]["post"]["responses"]

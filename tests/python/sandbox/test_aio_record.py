@@ -142,8 +142,3 @@ def test_stop_with_nothing_recorded_is_a_conflict(own_sandbox):
     status, answer = own_sandbox.request("POST", "/v1/display/record", {"action": "status"})
     assert status == 200 and answer["data"]["status"] == "idle"
 
-
-def test_page_record_says_to_use_the_display_recording(sandbox):
-    status, answer = sandbox.request("POST", "/v1/browser/page/record", {"action": "start"})
-    assert status == 501
-    assert "/v1/display/record" in answer["message"]
