@@ -121,6 +121,9 @@ pub struct BrowserSettings {
     /// The noVNC URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_VNC_URL`); when unset it is
     /// derived from the request's `Host` header (port 6080, `/vnc.html`).
     pub public_vnc_url: Option<String>,
+    /// The supervised program that runs Chromium, restarted by `POST /v1/browser/restart`
+    /// with `mode: hard` (`SANDBOXD_BROWSER_PROGRAM`, default `chromium`).
+    pub program: String,
 }
 
 impl BrowserSettings {
@@ -172,6 +175,10 @@ impl BrowserSettings {
             allow_hosts,
             public_cdp_url: public_url("SANDBOXD_PUBLIC_CDP_URL")?,
             public_vnc_url: public_url("SANDBOXD_PUBLIC_VNC_URL")?,
+            program: get("SANDBOXD_BROWSER_PROGRAM")
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "chromium".into()),
         })
     }
 }

@@ -13,6 +13,7 @@ pub mod activity;
 pub mod auth;
 pub mod bash;
 pub mod browser;
+pub mod browser_network;
 pub mod browser_page_more;
 pub mod browser_storage;
 pub mod cdp;
@@ -226,6 +227,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(browser::routes())
         .merge(browser_page_more::routes())
         .merge(browser_storage::routes())
+        .merge(browser_network::routes())
         .merge(tickets::routes())
         .merge(code::routes())
 }

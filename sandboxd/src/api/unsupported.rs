@@ -105,36 +105,15 @@ pub const UNSUPPORTED: &[Family] = &[
 const NOT_YET: &str = "not implemented in sandboxd yet (planned: issue 11, AIO parity part two)";
 
 /// Planned, not served yet.
-pub const PLANNED: &[Family] = &[
-    Family {
-        name: "the rest of the browser API (network capture and routing, config, restart)",
-        prefixes: &[
-            "/v1/browser/network",
-            "/v1/browser/config",
-            "/v1/browser/restart",
-        ],
-        reason: NOT_YET,
-        operations: &[
-            ("POST", "/v1/browser/network/export_har"),
-            ("POST", "/v1/browser/network/headers"),
-            ("GET", "/v1/browser/network/requests"),
-            ("POST", "/v1/browser/network/route"),
-            ("DELETE", "/v1/browser/network/route"),
-            ("POST", "/v1/browser/network/scoped_headers"),
-            ("POST", "/v1/browser/config"),
-            ("POST", "/v1/browser/restart"),
-        ],
-    },
-    Family {
-        name: "package listings (/v1/sandbox/packages)",
-        prefixes: &["/v1/sandbox/packages"],
-        reason: NOT_YET,
-        operations: &[
-            ("GET", "/v1/sandbox/packages/python"),
-            ("GET", "/v1/sandbox/packages/nodejs"),
-        ],
-    },
-];
+pub const PLANNED: &[Family] = &[Family {
+    name: "package listings (/v1/sandbox/packages)",
+    prefixes: &["/v1/sandbox/packages"],
+    reason: NOT_YET,
+    operations: &[
+        ("GET", "/v1/sandbox/packages/python"),
+        ("GET", "/v1/sandbox/packages/nodejs"),
+    ],
+}];
 
 /// Routes for [`UNSUPPORTED`]: every method on each prefix and everything below it.
 pub fn routes() -> axum::Router<AppState> {

@@ -127,7 +127,6 @@ def test_families_sandboxd_does_not_serve_answer_501_through_the_sdk(client, san
     _not_supported(lambda: client.browser_captcha.detect(), "captcha")
     _not_supported(lambda: client.sandbox.list_hooks(), "hooks")
     _not_supported(lambda: client.sandbox.remove_hook("x"), "hooks")
-    _not_supported(lambda: client.browser_network.get_requests(), "network", "issue 11")
     # Not in the SDK: observe, and the proxy's health; plain HTTP.
     for path in ["/v1/sandbox/observe/status", "/v1/proxy/health"]:
         status, body = sandbox.request("GET", path)
