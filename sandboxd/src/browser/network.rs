@@ -41,9 +41,14 @@ use super::wait::url_matches;
 /// Requests kept per tab (the oldest go first).
 pub const MAX_REQUESTS: usize = 1000;
 /// Characters kept of one header value.
-const MAX_HEADER_VALUE_CHARS: usize = 4096;
+const MAX_HEADER_VALUE_CHARS: usize = 2048;
 /// Headers kept per request or response.
 const MAX_HEADERS_KEPT: usize = 100;
+/// Bytes of names and values kept per request's or response's headers (the rest are dropped):
+/// with [`MAX_URL_CHARS`], a tab's records stay within about 20 MiB.
+const MAX_HEADER_BYTES: usize = 8192;
+/// Characters kept of a recorded URL.
+const MAX_URL_CHARS: usize = 4096;
 
 /// A request as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -512,30 +517,35 @@ async fn apply(page: &Page, rules: &RuleSet) -> Result<(), BrowserError> {
     Ok(())
 }
 
-fn clip(mut value: String) -> String {
-    if value.chars().count() > MAX_HEADER_VALUE_CHARS {
-        value = value.chars().take(MAX_HEADER_VALUE_CHARS).collect();
+fn clip(mut value: String, limit: usize) -> String {
+    if value.chars().count() > limit {
+        value = value.chars().take(limit).collect();
         value.push('…');
     }
     value
 }
 
-/// CDP's headers object as name → value (several values of one name are `\n`-joined by CDP).
+/// CDP's headers object as name → value (several values of one name are `\n`-joined by CDP),
+/// bounded (see [`MAX_HEADER_BYTES`]).
 fn header_map(headers: &Headers) -> BTreeMap<String, String> {
-    match headers.inner() {
-        Value::Object(map) => map
-            .iter()
-            .take(MAX_HEADERS_KEPT)
-            .map(|(name, value)| {
-                let text = match value {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                (name.clone(), clip(text))
-            })
-            .collect(),
-        _ => BTreeMap::new(),
+    let mut kept = BTreeMap::new();
+    let Value::Object(map) = headers.inner() else {
+        return kept;
+    };
+    let mut bytes = 0;
+    for (name, value) in map.iter().take(MAX_HEADERS_KEPT) {
+        let text = match value {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let text = clip(text, MAX_HEADER_VALUE_CHARS);
+        bytes += name.len() + text.len();
+        if bytes > MAX_HEADER_BYTES {
+            break;
+        }
+        kept.insert(name.clone(), text);
     }
+    kept
 }
 
 fn now_ms() -> f64 {
@@ -616,7 +626,7 @@ fn record(ring: &mut Log, event: Event) {
                 .map(str::to_string);
             ring.records.push_back(RequestRecord {
                 id: sent.request_id.inner().clone(),
-                url: sent.request.url.clone(),
+                url: clip(sent.request.url.clone(), MAX_URL_CHARS),
                 method: sent.request.method.clone(),
                 resource_type: sent
                     .r#type
