@@ -24,7 +24,7 @@ from conftest import SandboxContainer
 PORT = 8766
 BASE = f"http://127.0.0.1:{PORT}"
 OTHER = f"http://localhost:{PORT}"
-SERVER = """
+SERVER = r"""
 import html, http.server, json
 class Echo(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
