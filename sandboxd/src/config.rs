@@ -481,6 +481,9 @@ mod tests {
         );
         assert_eq!(s.max_read_bytes, DEFAULT_MAX_READ_BYTES);
         assert_eq!(s.max_upload_bytes, DEFAULT_MAX_UPLOAD_BYTES);
+        assert_eq!(s.browser.program, "chromium");
+        let s = settings(&[("SANDBOXD_BROWSER_PROGRAM", " browser ")]).unwrap();
+        assert_eq!(s.browser.program, "browser");
     }
 
     #[test]
