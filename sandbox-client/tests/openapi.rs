@@ -62,9 +62,13 @@ fn wire_enums_list_their_names() {
                 "url",
                 "network_idle",
                 "function",
+                "request",
+                "response",
+                "download",
                 "timeout",
             ],
         ),
+        ("RestartMode", &["soft", "hard"]),
         (
             "ElementState",
             &["attached", "detached", "visible", "hidden"],

@@ -353,7 +353,7 @@ async fn names_from_aio_clients_are_accepted_in_any_case() -> Result<()> {
     for (path, body, field) in [
         (
             "/v1/browser/page/wait",
-            serde_json::json!({"type": "download"}),
+            serde_json::json!({"type": "downloads"}),
             "type",
         ),
         (

@@ -124,6 +124,9 @@ pub struct BrowserSettings {
     /// The noVNC URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_VNC_URL`); when unset it is
     /// derived from the request's `Host` header (port 6080, `/vnc.html`).
     pub public_vnc_url: Option<String>,
+    /// The supervised program that runs Chromium, restarted by `POST /v1/browser/restart`
+    /// with `mode: hard` (`SANDBOXD_BROWSER_PROGRAM`, default `chromium`).
+    pub program: String,
 }
 
 impl BrowserSettings {
@@ -175,6 +178,10 @@ impl BrowserSettings {
             allow_hosts,
             public_cdp_url: public_url("SANDBOXD_PUBLIC_CDP_URL")?,
             public_vnc_url: public_url("SANDBOXD_PUBLIC_VNC_URL")?,
+            program: get("SANDBOXD_BROWSER_PROGRAM")
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "chromium".into()),
         })
     }
 }
@@ -480,6 +487,9 @@ mod tests {
         );
         assert_eq!(s.max_read_bytes, DEFAULT_MAX_READ_BYTES);
         assert_eq!(s.max_upload_bytes, DEFAULT_MAX_UPLOAD_BYTES);
+        assert_eq!(s.browser.program, "chromium");
+        let s = settings(&[("SANDBOXD_BROWSER_PROGRAM", " browser ")]).unwrap();
+        assert_eq!(s.browser.program, "browser");
     }
 
     #[test]

@@ -158,3 +158,135 @@ async fn without_chromium_the_browser_routes_answer_503() {
     let (status, _) = call(&app, Call::get("/v1/browser/tabs")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 }
+
+#[tokio::test]
+async fn network_config_and_restart_refuse_bad_input_before_any_connection() {
+    let app = app();
+    let (_, doc) = call(&app, Call::get("/v1/openapi.json")).await;
+    let paths = doc["paths"].as_object().unwrap();
+    for path in [
+        "/v1/browser/network/requests",
+        "/v1/browser/network/export_har",
+        "/v1/browser/network/headers",
+        "/v1/browser/network/scoped_headers",
+        "/v1/browser/network/route",
+        "/v1/browser/config",
+        "/v1/browser/restart",
+    ] {
+        assert!(paths.contains_key(path), "{path} missing");
+        let operation = paths[path].as_object().unwrap().values().next().unwrap();
+        assert_ne!(operation["tags"][0], "not supported", "{path}");
+    }
+    // Chromium is not running: each answer below comes from the checks alone.
+    for (path, body, loc) in [
+        (
+            "/v1/browser/network/headers",
+            json!({"headers": {"bad name": "x"}}),
+            json!(["body", "headers", "bad name"]),
+        ),
+        (
+            "/v1/browser/network/headers",
+            json!({"headers": {"X-A": "line\nbreak"}}),
+            json!(["body", "headers", "X-A"]),
+        ),
+        (
+            "/v1/browser/network/scoped_headers",
+            json!({"origin": "ftp://x", "headers": {}}),
+            json!(["body", "origin"]),
+        ),
+        (
+            "/v1/browser/network/route",
+            json!({"url_pattern": "**/x"}),
+            json!(["body", "response"]),
+        ),
+        (
+            "/v1/browser/network/route",
+            json!({"url_pattern": "**/x", "abort": true, "response": {"body": "x"}}),
+            json!(["body", "abort"]),
+        ),
+        (
+            "/v1/browser/network/route",
+            json!({"url_pattern": "**/x", "response": {"status": 700}}),
+            json!(["body", "response", "status"]),
+        ),
+        (
+            "/v1/browser/network/route",
+            json!({"url_pattern": " ", "abort": true}),
+            json!(["body", "url_pattern"]),
+        ),
+        (
+            "/v1/browser/network/export_har",
+            json!({"save_path": ""}),
+            json!(["body", "save_path"]),
+        ),
+        (
+            "/v1/browser/config",
+            json!({"timezone": "UTC"}),
+            json!(["body", "timezone"]),
+        ),
+        (
+            "/v1/browser/config",
+            json!({"resolution": {"width": 50, "height": 600}}),
+            json!(["body", "resolution", "width"]),
+        ),
+        (
+            "/v1/browser/config",
+            json!({"user_agent": ""}),
+            json!(["body", "user_agent"]),
+        ),
+        (
+            "/v1/browser/restart",
+            json!({"mode": "hard", "url_allowlist": ["https://example.com"]}),
+            json!(["body", "url_allowlist"]),
+        ),
+        (
+            "/v1/browser/restart",
+            json!({"mode": "sideways"}),
+            json!(["body", "mode"]),
+        ),
+        (
+            "/v1/browser/page/wait",
+            json!({"type": "response"}),
+            json!(["body", "url_pattern"]),
+        ),
+        (
+            "/v1/browser/page/wait",
+            json!({"type": "download", "save_path": " "}),
+            json!(["body", "save_path"]),
+        ),
+    ] {
+        let (status, answer) = call(&app, post(path, body.clone())).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{path} {body}: {answer}"
+        );
+        assert_eq!(answer["detail"][0]["loc"], loc, "{path} {body}: {answer}");
+    }
+    let (status, answer) = call(&app, Call::get("/v1/browser/network/requests?limit=0")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["detail"][0]["loc"], json!(["query", "limit"]));
+    let (status, answer) = call(
+        &app,
+        Call::delete("/v1/browser/network/route").json(&json!({"url_pattern": "**/none"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert!(answer["message"].as_str().unwrap().contains("**/none"));
+    // Valid input needs the browser: 503 while it does not run, and the rules stay unchanged.
+    let (status, _) = call(
+        &app,
+        post(
+            "/v1/browser/network/route",
+            json!({"url_pattern": "**/x", "abort": true}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let (status, _) = call(
+        &app,
+        Call::delete("/v1/browser/network/route").json(&json!({"url_pattern": "**/x"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

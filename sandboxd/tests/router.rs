@@ -378,7 +378,6 @@ async fn aio_paths_sandboxd_does_not_serve_answer_501_saying_why() {
         ("GET", "/v1/sandbox/observe/metrics", "observability"),
         ("PUT", "/v1/proxy/upstream", "egress"),
         ("GET", "/v1/browser/proxy.pac", "egress"),
-        ("GET", "/v1/browser/network/requests", "issue 11"),
     ] {
         let what = format!("{method} {path}");
         let (status, body) = call(&app, Call::new(method.parse().unwrap(), path)).await;

@@ -916,7 +916,11 @@ async fn bad_input_changes_nothing(b: &mut Browser) -> anyhow::Result<()> {
             json!({"key": "Hyperdrive"}),
             "key",
         ),
-        ("/v1/browser/page/wait", json!({"type": "download"}), "type"),
+        (
+            "/v1/browser/page/wait",
+            json!({"type": "downloads"}),
+            "type",
+        ),
         ("/v1/browser/page/fill", json!({"text": "x"}), "selector"),
     ] {
         let (status, answer) = call(sb, "POST", path, Some(body.clone())).await?;

@@ -44,7 +44,8 @@ name_enum! {
 
 name_enum! {
     /// What a page wait waits for: an element (`selector`, with `state`), the `load` event, a
-    /// `url`, `network_idle` (also `networkidle`), a `function` becoming truthy, or a pause
+    /// `url`, `network_idle` (also `networkidle`), a `function` becoming truthy, a `request`
+    /// sent or a `response` received (`url_pattern`), a `download` completed, or a pause
     /// (`timeout`).
     pub enum WaitKind, "type" {
         Selector = "selector",
@@ -52,6 +53,9 @@ name_enum! {
         Url = "url",
         NetworkIdle = "network_idle" | "networkidle",
         Function = "function",
+        Request = "request",
+        Response = "response",
+        Download = "download",
         Timeout = "timeout",
     }
 }
@@ -223,14 +227,19 @@ pub struct WaitRequest {
     pub selector: Option<String>,
     /// For `selector` (default `visible`).
     pub state: Option<ElementState>,
-    /// For `url`: the URL, or a glob with `*`.
+    /// For `url`: the URL, or a glob with `*`. For `request` and `response`: the same as
+    /// `url_pattern`.
     pub url: Option<String>,
-    /// For `url`: a glob with `*` (used when `url` is absent).
+    /// For `url`: a glob with `*` (used when `url` is absent). For `request` and `response`: a
+    /// glob with `*`, or text the URL contains.
     pub url_pattern: Option<String>,
     /// For `function`: JavaScript that becomes truthy.
     pub expression: Option<String>,
     /// For `function`: milliseconds between checks (default 100).
     pub polling: Option<f64>,
+    /// For `download`: where to save the file (a file, or a directory to put it in under its
+    /// suggested name; inside the allowed file roots). Default: the workspace.
+    pub save_path: Option<String>,
     /// Seconds (default 30, at most 300). For `timeout`: how long to wait.
     pub timeout: Option<f64>,
 }
@@ -435,9 +444,12 @@ mod tests {
                 ("network_idle", WaitKind::NetworkIdle),
                 ("networkidle", WaitKind::NetworkIdle),
                 ("function", WaitKind::Function),
+                ("request", WaitKind::Request),
+                ("response", WaitKind::Response),
+                ("download", WaitKind::Download),
                 ("timeout", WaitKind::Timeout),
             ],
-            &["download", "idle"],
+            &["downloads", "idle"],
         );
         assert_eq!(
             serde_json::to_value(WaitKind::NetworkIdle).unwrap(),

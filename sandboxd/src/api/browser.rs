@@ -685,7 +685,10 @@ pub async fn evaluate(
 }
 
 /// Waits for a condition on the active tab: `selector` (with `state`), `load`, `url`,
-/// `network_idle`, `function` (an expression becoming truthy) or `timeout` (a pause).
+/// `network_idle`, `function` (an expression becoming truthy), `request` or `response` (one
+/// whose URL matches `url_pattern`, from now on; the value describes it), `download` (the next
+/// download completes; saved to `save_path`, or the workspace under its suggested name) or
+/// `timeout` (a pause).
 #[utoipa::path(post, path = "/v1/browser/page/wait", tag = "browser-page",
     request_body = WaitRequest,
     responses(
@@ -699,6 +702,9 @@ pub async fn wait(
 ) -> Result<Json<Envelope<WaitResult>>, ApiError> {
     let limit = call_timeout(request.timeout)?;
     let kind = request.kind;
+    if kind == WaitKind::Download {
+        return super::browser_network::wait_download(&state, request.save_path, limit).await;
+    }
     let condition = match kind {
         WaitKind::Selector => Condition::Selector {
             selector: validate::required_text("selector", &request.selector)?.to_string(),
@@ -735,7 +741,25 @@ pub async fn wait(
                 polling,
             }
         }
+        WaitKind::Request | WaitKind::Response => {
+            let pattern = request
+                .url_pattern
+                .as_deref()
+                .or(request.url.as_deref())
+                .filter(|u| !u.trim().is_empty())
+                .ok_or_else(|| {
+                    ApiError::invalid("url_pattern", "`url_pattern` (or `url`) is required")
+                })?
+                .trim()
+                .to_string();
+            if kind == WaitKind::Request {
+                Condition::Request(pattern)
+            } else {
+                Condition::Response(pattern)
+            }
+        }
         WaitKind::Timeout => Condition::Time(limit),
+        WaitKind::Download => unreachable!("handled above"),
     };
     match state.browser.wait(&condition, limit).await {
         Ok(waited) => Ok(Json(Envelope::ok(WaitResult {

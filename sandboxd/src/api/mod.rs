@@ -13,6 +13,7 @@ pub mod activity;
 pub mod auth;
 pub mod bash;
 pub mod browser;
+pub mod browser_network;
 pub mod browser_page_more;
 pub mod browser_storage;
 pub mod captcha;
@@ -34,8 +35,8 @@ pub mod processes;
 pub mod record;
 pub mod sandbox;
 pub mod shell;
-pub mod terminal_page;
 pub mod skills;
+pub mod terminal_page;
 pub mod tickets;
 pub mod types;
 pub mod unsupported;
@@ -269,6 +270,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(browser_storage::routes())
         .merge(captcha::routes())
         .merge(page_record::routes())
+        .merge(browser_network::routes())
         .merge(tickets::routes())
         .merge(code::routes())
 }

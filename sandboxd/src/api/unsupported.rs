@@ -6,7 +6,7 @@
 //!   (observe, the egress proxy). Their paths have routes here that take every method and
 //!   every sub-path. (Hooks, skills, captcha detection and page screencasts are served:
 //!   `api::hooks`, `api::skills`, `api::captcha`, `api::page_record`.)
-//! - [`PLANNED`]: families sandboxd will serve (issue 11) but does not yet. They have no
+//! - [`PLANNED`]: families sandboxd will serve but does not yet (none today). They have no
 //!   routes, so that adding the real ones never collides with these: the 404 fallback answers
 //!   501 for their paths instead (see [`planned`]).
 //!
@@ -65,28 +65,9 @@ pub const UNSUPPORTED: &[Family] = &[
     },
 ];
 
-const NOT_YET: &str = "not implemented in sandboxd yet (planned: issue 11, AIO parity part two)";
-
-/// Planned, not served yet.
-pub const PLANNED: &[Family] = &[Family {
-    name: "the rest of the browser API (network capture and routing, config, restart)",
-    prefixes: &[
-        "/v1/browser/network",
-        "/v1/browser/config",
-        "/v1/browser/restart",
-    ],
-    reason: NOT_YET,
-    operations: &[
-        ("POST", "/v1/browser/network/export_har"),
-        ("POST", "/v1/browser/network/headers"),
-        ("GET", "/v1/browser/network/requests"),
-        ("POST", "/v1/browser/network/route"),
-        ("DELETE", "/v1/browser/network/route"),
-        ("POST", "/v1/browser/network/scoped_headers"),
-        ("POST", "/v1/browser/config"),
-        ("POST", "/v1/browser/restart"),
-    ],
-}];
+/// Planned, not served yet: none today (issue 11's families are all served or listed in
+/// [`UNSUPPORTED`]). A family added here answers 501 until its routes exist.
+pub const PLANNED: &[Family] = &[];
 
 /// Routes for [`UNSUPPORTED`]: every method on each prefix and everything below it.
 pub fn routes() -> axum::Router<AppState> {

@@ -66,6 +66,8 @@ pub struct Connection {
     addr: SocketAddr,
     http: reqwest::Client,
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The network rules every session applies to its tabs.
+    rules: Arc<super::network::Rules>,
 }
 
 /// One websocket connection to one Chromium process.
@@ -76,6 +78,8 @@ pub struct Session {
     book: Mutex<TabBook>,
     /// The console messages of the tabs this connection used.
     pub consoles: super::console::Consoles,
+    /// The requests of the tabs this connection used, and the rules applied to them.
+    pub networks: super::network::Networks,
 }
 
 /// The order tabs were first seen in, and the active one.
@@ -93,8 +97,9 @@ impl Drop for Session {
 }
 
 impl Connection {
-    pub fn new(addr: SocketAddr) -> Self {
+    pub fn new(addr: SocketAddr, rules: Arc<super::network::Rules>) -> Self {
         Self {
+            rules,
             addr,
             http: reqwest::Client::builder()
                 .no_proxy()
@@ -142,9 +147,14 @@ impl Connection {
             );
         }
         *current = None;
-        let session = Arc::new(Session::connect(&version.ws_url).await?);
+        let session = Arc::new(Session::connect(&version.ws_url, self.rules.clone()).await?);
         *current = Some(session.clone());
         Ok(session)
+    }
+
+    /// Drops the current connection (whatever it is) so the next use makes a new one.
+    pub async fn reset(&self) {
+        *self.current.lock().await = None;
     }
 
     /// Forgets `session` (when it is still the current one) so the next use reconnects.
@@ -221,7 +231,10 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 impl Session {
-    async fn connect(ws_url: &str) -> Result<Self, BrowserError> {
+    async fn connect(
+        ws_url: &str,
+        rules: Arc<super::network::Rules>,
+    ) -> Result<Self, BrowserError> {
         let config = HandlerConfig {
             // Keep Chromium's own certificate checks and viewport: the person watching over VNC
             // sees the same browser the agent drives.
@@ -252,6 +265,7 @@ impl Session {
             handler,
             book: Mutex::new(TabBook::default()),
             consoles: super::console::Consoles::default(),
+            networks: super::network::Networks::new(rules),
         })
     }
 
@@ -286,6 +300,8 @@ impl Session {
         seen.retain(|id, _| ordered.iter().any(|(_, t)| &t.target_id == id));
         self.consoles
             .retain(|id| ordered.iter().any(|(_, t)| &t.target_id == id));
+        self.networks
+            .retain(|id| ordered.iter().any(|(_, t)| &t.target_id == id));
         let active = match active {
             Some(id) if ordered.iter().any(|(_, t)| &t.target_id == id) => Some(id.clone()),
             _ => ordered.last().map(|(_, t)| t.target_id.clone()),
@@ -315,10 +331,11 @@ impl Session {
     }
 
     /// The attached page of a target, waiting for chromiumoxide to attach to a new one. Its
-    /// console is watched from now on.
+    /// console and its requests are watched from now on, and the network rules apply to it.
     pub async fn page(&self, target: &TargetId) -> Result<Page, BrowserError> {
         let page = self.attached_page(target).await?;
         self.consoles.watch(&page).await;
+        self.networks.watch(&page).await;
         Ok(page)
     }
 

@@ -9,7 +9,10 @@
 //!   finding text, scrolling to an element.
 //! - [`cookies`]: cookies, and saving and loading the browser's state (cookies + localStorage).
 //! - [`console`]: the console messages each tab logged.
+//! - [`network`]: the requests each tab made (and their HAR), extra and origin-scoped headers,
+//!   routes that abort or answer requests, and the page emulation of the browser config.
 //! - [`wait`]: waiting for conditions.
+//! - [`download`]: waiting for a download.
 //! - [`snapshot`]: the agent-oriented page summary.
 //! - [`tabs`]: list, open, close, activate.
 //! - [`url_policy`]: which URLs may be opened.
@@ -25,10 +28,12 @@ pub mod connection;
 pub mod console;
 pub mod content;
 pub mod cookies;
+pub mod download;
 pub mod error;
 pub mod forms;
 pub mod input;
 pub mod navigation;
+pub mod network;
 pub mod script;
 pub mod snapshot;
 pub mod tabs;
@@ -109,6 +114,7 @@ mod js {
 pub struct BrowserService {
     connection: Connection,
     policy: UrlPolicy,
+    rules: Arc<network::Rules>,
 }
 
 /// Facts for `GET /v1/browser/info`.
@@ -125,8 +131,10 @@ pub struct BrowserInfo {
 
 impl BrowserService {
     pub fn new(settings: &BrowserSettings) -> Self {
+        let rules = Arc::new(network::Rules::default());
         Self {
-            connection: Connection::new(settings.cdp_addr),
+            connection: Connection::new(settings.cdp_addr, rules.clone()),
+            rules,
             policy: UrlPolicy {
                 allow_private: settings.allow_private,
                 allow_hosts: settings.allow_hosts.clone(),
@@ -181,6 +189,33 @@ impl BrowserService {
     pub async fn active_page(&self) -> Result<Page, BrowserError> {
         self.bounded("finding the active tab", |_, page| async move { Ok(page) })
             .await
+    }
+
+    /// Drops the CDP connection and makes a new one (whichever Chromium now listens: after a
+    /// restart, the new one), within `limit`; answers the browser's version.
+    pub async fn reconnect(
+        &self,
+        limit: Duration,
+    ) -> Result<connection::VersionInfo, BrowserError> {
+        self.connection.reset().await;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let attempt = tokio::time::timeout_at(deadline, self.connection.session()).await;
+            match attempt {
+                Ok(Ok(_)) => return self.connection.version().await,
+                // Chromium is still starting: its DevTools endpoint does not answer yet.
+                Ok(Err(BrowserError::NotRunning(_))) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(Err(error)) => return Err(error),
+                Err(_) => return Err(BrowserError::timeout("reconnecting to the browser", limit)),
+            }
+        }
+    }
+
+    /// Chromium's `/json/version` (its websocket URL changes when it restarts).
+    pub async fn version(&self) -> Result<connection::VersionInfo, BrowserError> {
+        self.connection.version().await
     }
 
     /// Runs `op` on the active tab within [`OP_TIMEOUT`].

@@ -176,6 +176,14 @@ impl Watch {
                             Some(fragment) => format!("{}{fragment}", frame.url),
                             None => frame.url.clone(),
                         };
+                        // An error page for another URL, committed with no document failing
+                        // while this navigation ran, is the previous navigation's (a navigation
+                        // that failed early answers before its error page commits): not ours.
+                        if frame.unreachable_url.as_deref().is_some_and(|failed| {
+                            !same_url(failed, target) && progress.failure.is_none()
+                        }) {
+                            continue;
+                        }
                         progress.failed_commit = frame.unreachable_url.is_some();
                         progress.restored = event.r#type == NavigationType::BackForwardCacheRestore;
                         progress.commit = Some((frame.loader_id.as_ref().to_string(), url));
@@ -288,6 +296,14 @@ pub async fn current_state(page: &Page) -> Result<PageState, BrowserError> {
         title,
         status: None,
     })
+}
+
+/// Whether two URLs are the same once parsed (`http://h` and `http://h/` are).
+fn same_url(a: &str, b: &str) -> bool {
+    match (url::Url::parse(a), url::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// Sends `Page.navigate` on a connection of its own to the tab's websocket `endpoint`; answers

@@ -1,11 +1,12 @@
 //! Waiting for the active tab to reach a condition: a selector's state, the load, a URL, network
-//! quiet, a JavaScript condition, or just time. Every wait is bounded by its timeout.
+//! quiet, a JavaScript condition, a request sent or a response received, or just time. Every
+//! wait is bounded by its timeout.
 
 use std::time::Duration;
 
 use chromiumoxide::Page;
 use chromiumoxide::cdp::browser_protocol::network::{
-    EventLoadingFailed, EventLoadingFinished, EventRequestWillBeSent,
+    EventLoadingFailed, EventLoadingFinished, EventRequestWillBeSent, EventResponseReceived,
 };
 use chromiumoxide::listeners::EventStream;
 use futures::{FutureExt, StreamExt};
@@ -64,6 +65,10 @@ pub enum Condition {
         expression: String,
         polling: Duration,
     },
+    /// The tab sends a request whose URL matches (see [`traffic_matches`]), from now on.
+    Request(String),
+    /// The tab receives a response whose URL matches (see [`traffic_matches`]), from now on.
+    Response(String),
     /// Just this long.
     Time(Duration),
 }
@@ -98,6 +103,23 @@ impl BrowserService {
                 value: None,
             });
         }
+        if let Condition::Request(pattern) | Condition::Response(pattern) = condition {
+            let response = matches!(condition, Condition::Response(_));
+            let value = tokio::time::timeout(
+                limit,
+                self.connection.with_page(|_, page| async move {
+                    next_traffic(&page, pattern, response).await
+                }),
+            )
+            .await
+            .map_err(|_| {
+                BrowserError::timeout(format!("waiting for {}", describe(condition)), limit)
+            })??;
+            return Ok(Waited {
+                elapsed: started.elapsed(),
+                value: Some(value),
+            });
+        }
         let what = describe(condition);
         let what = what.as_str();
         let outcome = tokio::time::timeout(
@@ -126,6 +148,8 @@ fn describe(condition: &Condition) -> String {
         Condition::Url(url) => format!("the URL to match {url:?}"),
         Condition::NetworkIdle => "the network to be idle".into(),
         Condition::Function { .. } => "the expression to return a truthy value".into(),
+        Condition::Request(pattern) => format!("a request to {pattern:?}"),
+        Condition::Response(pattern) => format!("a response from {pattern:?}"),
         Condition::Time(d) => format!("{d:?}"),
     }
 }
@@ -190,7 +214,9 @@ async fn poll_until(
                         Evaluation::Value(value) => Ok(truthy(&value).then_some(Some(value))),
                     }
                 }
-                Condition::Time(_) => Ok(Some(None)),
+                Condition::Time(_) | Condition::Request(_) | Condition::Response(_) => {
+                    Ok(Some(None))
+                }
             }
         };
         let step = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), step);
@@ -251,6 +277,48 @@ impl NetworkActivity {
         }
         self.last.elapsed()
     }
+}
+
+/// Whether a request's URL is the one waited for: it matches `pattern` as a glob (with `*`), or
+/// (without `*`) equals it or contains it.
+pub fn traffic_matches(pattern: &str, url: &str) -> bool {
+    url_matches(pattern, url) || (!pattern.contains('*') && url.contains(pattern))
+}
+
+/// The next request (or response) of `page` whose URL matches `pattern`, as JSON.
+async fn next_traffic(page: &Page, pattern: &str, response: bool) -> Result<Value, BrowserError> {
+    if response {
+        let mut received = page.event_listener::<EventResponseReceived>().await?;
+        while let Some(event) = received.next().await {
+            if traffic_matches(pattern, &event.response.url) {
+                return Ok(json!({
+                    "url": event.response.url,
+                    "status": event.response.status,
+                    "status_text": event.response.status_text,
+                    "mime_type": event.response.mime_type,
+                    "resource_type": event.r#type.as_ref().to_ascii_lowercase(),
+                }));
+            }
+        }
+    } else {
+        let mut sent = page.event_listener::<EventRequestWillBeSent>().await?;
+        while let Some(event) = sent.next().await {
+            if traffic_matches(pattern, &event.request.url) {
+                return Ok(json!({
+                    "url": event.request.url,
+                    "method": event.request.method,
+                    "resource_type": event
+                        .r#type
+                        .as_ref()
+                        .map(|t| t.as_ref().to_ascii_lowercase())
+                        .unwrap_or_else(|| "other".into()),
+                }));
+            }
+        }
+    }
+    Err(BrowserError::Disconnected(
+        "the tab's events ended while waiting".into(),
+    ))
 }
 
 /// Whether `url` equals `pattern` or matches it as a glob (`*` and `**` match any characters).

@@ -122,7 +122,6 @@ def _not_supported(call, *words):
 def test_families_sandboxd_does_not_serve_answer_501_through_the_sdk(client, sandbox):
     _not_supported(lambda: client.proxy.get_upstream(), "egress")
     _not_supported(lambda: client.proxy.list_excludes(), "egress")
-    _not_supported(lambda: client.browser_network.get_requests(), "network", "issue 11")
     # Not in the SDK: observe, and the proxy's health; plain HTTP.
     for path in ["/v1/sandbox/observe/status", "/v1/proxy/health"]:
         status, body = sandbox.request("GET", path)
