@@ -31,6 +31,21 @@ from agent_sandbox.types import Resolution, RouteResponseModel
 from conftest import SandboxContainer
 
 PORT = 8766
+ECHO_PORT = 8767
+# A server that answers with the request's headers as JSON, to see what the browser sent.
+ECHO_SERVER = """
+import http.server, json
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({k.lower(): v for k, v in self.headers.items()}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", %d), Echo).serve_forever()
+""" % ECHO_PORT
 WORKSPACE = "/home/agent/workspace"
 PAGE = """<!doctype html>
 <html><head><title>Sweep page</title></head><body>
@@ -70,6 +85,7 @@ class Box:
         self.client = Sandbox(base_url=container.base_url, headers=container.headers(), timeout=90)
         self.origin = f"http://127.0.0.1:{PORT}"
         self.url = f"{self.origin}/page.html"
+        self.echo = f"http://127.0.0.1:{ECHO_PORT}"
         self.saved: dict = {}
 
     def sh(self, command: str) -> str:
@@ -94,6 +110,8 @@ def box():
         sweep = Box(container)
         sweep.client.file.write_file(file="/tmp/site/page.html", content=PAGE)
         sweep.client.file.write_file(file="/tmp/site/second.html", content=SECOND)
+        sweep.client.file.write_file(file="/tmp/site/echo.py", content=ECHO_SERVER)
+        container.exec("sh", "-c", "setsid python3 /tmp/site/echo.py >/dev/null 2>&1 &")
         container.exec(
             "sh", "-c",
             f"cd /tmp/site && setsid python3 -m http.server {PORT} --bind 127.0.0.1 >/dev/null 2>&1 &",
@@ -873,36 +891,34 @@ def _(box):
 @case("browser_network.set_headers")
 def _(box):
     box.client.browser_network.set_headers(headers={"X-Sweep": "all"})
-    box.page()
-    # python's http.server does not echo headers; the request log of the browser has them.
-    requests = box.client.browser_network.get_requests(limit=100).data
-    sent = [r for r in requests if r["url"].endswith("/page.html")][-1]
-    assert "all" in json.dumps(sent)
+    box.client.browser_page.navigate(url=f"{box.echo}/")
+    assert json.loads(box.client.browser_page.get_text().data)["x-sweep"] == "all"
 
 
 @case("browser_network.set_scoped_headers")
 def _(box):
-    box.client.browser_network.set_scoped_headers(origin=box.origin, headers={"X-Scoped": "yes"})
-    box.page()
-    requests = box.client.browser_network.get_requests(limit=100).data
-    sent = [r for r in requests if r["url"].endswith("/page.html")][-1]
-    assert "yes" in json.dumps(sent)
+    box.client.browser_network.set_headers(headers={})
+    box.client.browser_network.set_scoped_headers(origin=box.echo, headers={"X-Scoped": "yes"})
+    box.client.browser_page.navigate(url=f"{box.echo}/")
+    sent = json.loads(box.client.browser_page.get_text().data)
+    assert sent["x-scoped"] == "yes" and "x-sweep" not in sent
 
 
 @case("browser_network.add_route")
 def _(box):
+    box.page()  # the test site, which has no mocked.txt
     box.client.browser_network.add_route(
         url_pattern="*/mocked.txt",
         response=RouteResponseModel(status=200, body="mocked body", content_type="text/plain"),
     )
-    text = box.js("fetch('/mocked.txt').then(r => r.text())")
+    text = box.js("fetch('/mocked.txt', {cache: 'no-store'}).then(r => r.text())")
     assert text == "mocked body"
 
 
 @case("browser_network.remove_route")
 def _(box):
     box.client.browser_network.remove_route(url_pattern="*/mocked.txt")
-    status = box.js("fetch('/mocked.txt').then(r => r.status)")
+    status = box.js("fetch('/mocked.txt', {cache: 'no-store'}).then(r => r.status)")
     assert status == 404
 
 
@@ -943,9 +959,8 @@ def _(box):
 def _(box):
     answer = box.client.browser.set_config(resolution=Resolution(width=1024, height=768))
     assert answer.success
-    info = box.client.browser.get_info().data
-    assert (info.viewport.width, info.viewport.height) == (1024, 768) or \
-        box.js("[screen.width, screen.height]") == [1024, 768]
+    box.page()
+    assert box.js("[window.innerWidth, window.innerHeight]") == [1024, 768]
 
 
 @case("browser.restart")
