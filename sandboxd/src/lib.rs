@@ -23,6 +23,10 @@
 //! - [`hooks`]: shell commands run at shutdown, before the programs stop.
 //! - [`page_recording`]: one tab's screencast (CDP frames) to MP4 through ffmpeg.
 
+/// The stack of each async runtime worker (and blocking thread). Small, for memory: anything
+/// that recurses deeply runs on a thread of its own (see `api::openapi_json`).
+pub const WORKER_STACK_BYTES: usize = 512 * 1024;
+
 pub mod activity;
 pub mod api;
 pub mod browser;

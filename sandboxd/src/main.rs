@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(16)
-        .thread_stack_size(512 * 1024)
+        .thread_stack_size(sandboxd::WORKER_STACK_BYTES)
         .enable_all()
         .build()
     {

@@ -11,3 +11,20 @@ fn the_committed_document_is_the_generated_one() -> anyhow::Result<()> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi/sandboxd.json");
     agentbox_tests::snapshot::check(&path, &json)
 }
+
+/// The document is built within the runtime sandboxd runs (workers with small stacks), in any
+/// build: a stack overflow there would abort PID 1 and end the sandbox.
+#[test]
+fn the_document_is_built_on_workers_with_sandboxds_small_stacks() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_stack_size(sandboxd::WORKER_STACK_BYTES)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let document = runtime
+        .block_on(async { tokio::spawn(sandboxd::api::openapi_json()).await })
+        .expect("the task finished")
+        .expect("the document");
+    assert!(document["paths"]["/v1/shell/exec"].is_object());
+}

@@ -19,9 +19,9 @@ pub fn routes() -> axum::Router<AppState> {
     axum::Router::new().route("/v1/docs", axum::routing::get(page))
 }
 
-async fn page(State(_): State<AppState>) -> impl IntoResponse {
-    let document = serde_json::to_value(super::openapi_document()).unwrap_or(Value::Null);
-    (
+async fn page(State(_): State<AppState>) -> Result<impl IntoResponse, super::error::ApiError> {
+    let document = super::openapi_json().await?;
+    Ok((
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (
@@ -31,7 +31,7 @@ async fn page(State(_): State<AppState>) -> impl IntoResponse {
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         ],
         render(&document),
-    )
+    ))
 }
 
 fn escape(text: &str) -> String {

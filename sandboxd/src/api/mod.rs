@@ -281,7 +281,31 @@ fn public_routes() -> OpenApiRouter<AppState> {
     health::public_routes().merge(tickets::public_routes())
 }
 
-/// The generated OpenAPI document of the whole API.
+/// The stack of the thread that builds the OpenAPI document: utoipa's schema construction
+/// recurses deeper than the runtime's small worker stacks ([`crate::WORKER_STACK_BYTES`]) hold
+/// in a debug build, and an overflow would abort sandboxd, PID 1, and with it the sandbox.
+const DOCUMENT_STACK_BYTES: usize = 16 * 1024 * 1024;
+
+/// The OpenAPI document as JSON, built on a thread of its own (see [`DOCUMENT_STACK_BYTES`]);
+/// per call, not kept: it is asked for rarely, and holding it would cost every sandbox memory.
+pub async fn openapi_json() -> Result<serde_json::Value, ApiError> {
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("openapi".into())
+        .stack_size(DOCUMENT_STACK_BYTES)
+        .spawn(move || {
+            // The receiver is gone only if the request was dropped; nothing to tell then.
+            let _ = sender.send(serde_json::to_value(openapi_document()));
+        })
+        .map_err(|e| ApiError::internal(format!("starting the OpenAPI thread: {e}")))?;
+    receiver
+        .await
+        .map_err(|_| ApiError::internal("building the OpenAPI document failed"))?
+        .map_err(|e| ApiError::internal(format!("serialising the OpenAPI document: {e}")))
+}
+
+/// The generated OpenAPI document of the whole API. Recurses deeply: on a runtime worker, use
+/// [`openapi_json`].
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
     let (_, mut document) = protected_routes().split_for_parts();
     let (_, public) = public_routes().split_for_parts();

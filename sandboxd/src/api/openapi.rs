@@ -103,6 +103,8 @@ fn document_browser_unavailable(document: &mut OpenApi) {
 pub fn routes() -> axum::Router<AppState> {
     axum::Router::new().route(
         "/v1/openapi.json",
-        axum::routing::get(|State(_): State<AppState>| async { Json(super::openapi_document()) }),
+        axum::routing::get(|State(_): State<AppState>| async {
+            super::openapi_json().await.map(Json)
+        }),
     )
 }
