@@ -31,3 +31,20 @@ def test_cdp_is_refused_without_the_key(sandbox):
             assert "401" in str(error), error
         else:
             raise AssertionError("connect_over_cdp without the key succeeded")
+
+
+def test_the_cdp_url_from_browser_info_works_as_given_with_the_key(client, sandbox):
+    # The URL AIO's SDK reports, used unchanged: through sandboxd's port, at the host the
+    # client reached it at (not the container's own 9222).
+    cdp_url = client.browser.get_info().data.cdp_url
+    assert cdp_url.startswith(f"ws://{sandbox.ip}:8080/cdp/devtools/browser/"), cdp_url
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(cdp_url, headers=sandbox.headers())
+        assert browser.version and browser.contexts
+        browser.close()
+        try:
+            p.chromium.connect_over_cdp(cdp_url, timeout=20_000)
+        except Exception as error:
+            assert "401" in str(error), error
+        else:
+            raise AssertionError("connect_over_cdp without the key succeeded")
