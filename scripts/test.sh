@@ -141,12 +141,15 @@ prepare() {
 # the start and the end of a run: a full disk shows up as "no space left on device" far from its
 # cause.
 disk_report() { # when
-  local line
+  local line containers
   for dir in "$root" "$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)"; do
     line=$(df -h --output=avail,size "$dir" 2>/dev/null | tail -1 | awk '{print $1 " free of " $2}')
     log "disk ($1): $dir: $line"
   done
   log "disk ($1): target/ $(du -sh "$root/target" 2>/dev/null | cut -f1)"
+  containers=$(docker ps -aq 2>/dev/null | wc -l)
+  log "disk ($1): $containers container(s) present; docker's own figures:"
+  docker system df 2>/dev/null | sed 's/^/    /' >&2 || true
 }
 
 main() {
@@ -165,10 +168,14 @@ main() {
   step "cargo fmt --check" cargo fmt --all -- --check
   step "cargo clippy" cargo clippy --locked --workspace --all-targets --release -- -D warnings
   step "build the sandbox image" images/build.sh
+  # Both images are built while the disk is at its emptiest: the last steps of a run found
+  # none left once (the tests' release binaries and containers' layers take their share).
+  step "build the orchestrator image" images/build-orchestrator.sh
   log "== tests (unit, router and end-to-end)"
   nextest
   log "== Python clients (agent-sandbox SDK, Playwright, mcp)"
   pytests
+  disk_report "after the tests"
   step "benchmark harness smoke run (startup, 1 iteration)" \
     cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
   step "benchmark harness smoke run (capabilities, 2 iterations)" \
@@ -180,7 +187,6 @@ main() {
   step "benchmark harness smoke run (memory, 1 sandbox)" \
     cargo run --locked --release -q -p agentbox-bench --bin memory -- --settle-secs 2
   step "compose.yaml is valid" docker-compose config -q
-  step "build the orchestrator image" images/build-orchestrator.sh
   step "benchmark harness smoke run (orchestrator)" \
     cargo run --locked --release -q -p agentbox-bench --bin orchestrator-bench -- \
     --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
