@@ -403,11 +403,17 @@ async fn sandbox_context_and_process_control() {
         assert_eq!(system["screen"]["width"], 1280);
     }
 
+    // Counted from what it is now: on a loaded machine the supervisor may already have
+    // restarted openbox once (CI saw it exit once while the sandbox started), which is its job.
+    let before = num(
+        row(&sandbox.programs().await.unwrap(), "openbox"),
+        "restarts",
+    );
     let (status, body) = sandbox.post("/v1/processes/openbox/restart").await.unwrap();
     assert_eq!(status, 200, "{body}");
     sandbox
         .wait_programs("openbox restarted", READY, |p| {
-            num(row(p, "openbox"), "restarts") == 1 && row(p, "openbox")["state"] == "ready"
+            num(row(p, "openbox"), "restarts") > before && row(p, "openbox")["state"] == "ready"
         })
         .await
         .unwrap();
