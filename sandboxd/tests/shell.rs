@@ -744,11 +744,14 @@ async fn sessions_are_listed_updated_and_cleaned_up_with_their_processes() {
     let (_, listed) = sandbox.get("/v1/shell/sessions").await;
     assert_eq!(listed["data"]["sessions"], json!({}));
 
+    // The terminal page, through the host the client used, with a terminal ticket.
     let (status, url) = sandbox.get("/v1/shell/terminal-url").await;
-    assert_eq!(
-        (status, url["data"].as_str()),
-        (StatusCode::OK, Some("/v1/shell/ws"))
-    );
+    assert_eq!(status, StatusCode::OK, "{url}");
+    let url = url["data"].as_str().unwrap_or_default();
+    let ticket = url
+        .strip_prefix(&format!("{}/terminal?ticket=", sandbox.base))
+        .unwrap_or_else(|| panic!("terminal URL {url:?}"));
+    assert!(ticket.len() >= 32, "{url}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
