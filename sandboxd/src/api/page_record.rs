@@ -3,7 +3,7 @@
 //! here through the file confinement, so it lies where the file API can read it
 //! (`GET /v1/file/download`).
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -64,8 +64,9 @@ pub async fn record(
                 limits.default_duration
             });
             let options = Options {
-                fps: whole("fps", request.fps, 1, limits.max_fps)?.unwrap_or(limits.default_fps),
-                quality: whole("quality", request.quality, 1, 100)?
+                fps: super::record::whole("fps", request.fps, 1, limits.max_fps)?
+                    .unwrap_or(limits.default_fps),
+                quality: super::record::whole("quality", request.quality, 1, 100)?
                     .unwrap_or(limits.default_quality),
                 // `once` stops the recording itself after `duration`: the limit is a backstop.
                 max_duration: if once {
@@ -126,27 +127,7 @@ pub async fn record(
 
 /// `$SANDBOX_WORKSPACE/recordings/page_<UTC time>.mp4`.
 fn default_path(state: &AppState) -> String {
-    let stamp: String = agentbox_http::timestamp::rfc3339(SystemTime::now())
-        .chars()
-        .filter(|c| !matches!(c, '-' | ':'))
-        .collect();
-    state
-        .settings
-        .workspace
-        .join("recordings")
-        .join(format!("page_{stamp}.mp4"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// An optional whole number field from `min` to `max` (AIO's SDK may send `15.0`).
-fn whole(field: &str, value: Option<f64>, min: u32, max: u32) -> Result<Option<u32>, ApiError> {
-    value
-        .map(|v| {
-            validate::whole_number(field, Some(v), 0, i64::from(min)..=i64::from(max))
-                .map(|n| n as u32)
-        })
-        .transpose()
+    super::record::recordings_path(state, "page")
 }
 
 fn result(report: &Report) -> PageRecordResult {

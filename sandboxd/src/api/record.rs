@@ -90,6 +90,11 @@ pub async fn record(
 
 /// `$SANDBOX_WORKSPACE/recordings/recording_<UTC time>.mp4`.
 fn default_path(state: &AppState) -> String {
+    recordings_path(state, "recording")
+}
+
+/// `$SANDBOX_WORKSPACE/recordings/<prefix>_<UTC time>.mp4` (also the page recording's default).
+pub(super) fn recordings_path(state: &AppState, prefix: &str) -> String {
     let stamp: String = agentbox_http::timestamp::rfc3339(SystemTime::now())
         .chars()
         .filter(|c| !matches!(c, '-' | ':'))
@@ -98,13 +103,18 @@ fn default_path(state: &AppState) -> String {
         .settings
         .workspace
         .join("recordings")
-        .join(format!("recording_{stamp}.mp4"))
+        .join(format!("{prefix}_{stamp}.mp4"))
         .to_string_lossy()
         .into_owned()
 }
 
 /// An optional whole number field from `min` to `max` (AIO's SDK may send `15.0`).
-fn whole(field: &str, value: Option<f64>, min: u32, max: u32) -> Result<Option<u32>, ApiError> {
+pub(super) fn whole(
+    field: &str,
+    value: Option<f64>,
+    min: u32,
+    max: u32,
+) -> Result<Option<u32>, ApiError> {
     value
         .map(|v| {
             validate::whole_number(field, Some(v), 0, i64::from(min)..=i64::from(max))
