@@ -16,8 +16,8 @@ image=${SANDBOX_IMAGE:-agentbox/sandbox:latest}
 log() { printf '[build] %s\n' "$*" >&2; }
 
 start=$(date +%s)
-log "compiling sandboxd (release)"
-cargo build --release --locked -p sandboxd --manifest-path "$root/Cargo.toml" >&2
+log "compiling sandboxd and its bash builtin (release)"
+cargo build --release --locked -p sandboxd -p bash-fork --manifest-path "$root/Cargo.toml" >&2
 
 if [ -n "${BASE_IMAGE:-}" ]; then
   base=$BASE_IMAGE
@@ -35,6 +35,7 @@ rsync_like() { # copy $1 to $2 only if the content differs, keeping mtimes stabl
 rsync_like "$root/images/sandbox/Dockerfile" "$context/Dockerfile"
 rsync_like "$root/images/sandbox/packages.txt" "$context/packages.txt"
 rsync_like "$root/target/release/sandboxd" "$context/sandboxd"
+rsync_like "$root/target/release/libbash_fork.so" "$context/libbash_fork.so"
 rm -rf "$context/rootfs"
 cp -a "$root/images/sandbox/rootfs" "$context/rootfs"
 # xterm.js for the terminal page (/terminal); see images/xterm/fetch.sh.

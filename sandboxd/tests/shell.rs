@@ -1357,13 +1357,13 @@ async fn bash_hard_timeouts_and_kills_end_every_process() {
     assert_eq!(interrupted["exit_code"], 130, "{interrupted}");
     assert_ne!(interrupted["status"], "running");
     // Nothing runs now: writing is a conflict.
-    let (status, _) = sandbox
+    let (status, _body) = sandbox
         .post(
             "/v1/bash/write",
             json!({"session_id": "hard", "input": "x"}),
         )
         .await;
-    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(status, StatusCode::CONFLICT, "{_body}");
     eventually("no zombie children remain", || own_zombies().is_empty()).await;
 }
 
@@ -1577,4 +1577,68 @@ async fn bash_bad_input_is_refused_naming_the_field() {
         let (status, answer) = sandbox.post(path, body).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {answer}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_bashes_are_forked_by_a_zygote_and_still_lead_their_own_sessions() {
+    // The workspace's test run builds the bash builtin (the bash-fork crate) into the target
+    // directory, where sandboxd finds it: after a session's first command the next bashes of
+    // both kinds are forked by a long-lived zygote bash (its command line shows it) instead of
+    // started from scratch. Each is still its own session leader, a child of this process
+    // (which reaps it), with its own $$ and $RANDOM, and runs commands as before.
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    assert!(
+        deps.join("libbash_fork.so").is_file()
+            || deps.parent().unwrap().join("libbash_fork.so").is_file(),
+        "libbash_fork.so is missing beside {}: build it with `cargo build -p bash-fork` \
+         (same profile)",
+        deps.display()
+    );
+    let sandbox = start().await;
+    let probe = "[[ $(tr '\\0' ' ' </proc/$$/cmdline) == *' --zygote '* ]] && echo forked; \
+                 read -r -a s </proc/$$/stat; \
+                 echo \"self:$$ bashpid:$BASHPID sid:${s[5]} parent:$PPID random:$RANDOM.$RANDOM.$RANDOM\"";
+    let mut seen = Vec::new();
+    for session in ["zygote-a", "zygote-b"] {
+        // The first command of a session also fills the waiting bash of the other kind.
+        sandbox.run("zygote-warm", "true").await;
+        let mut forked = None;
+        for _ in 0..50 {
+            // Give the refill, which runs after the answer, time to finish.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let data = sandbox.run(session, probe).await;
+            assert_eq!(data["exit_code"], 0, "{data}");
+            let output = data["output"].as_str().unwrap().to_string();
+            if output.starts_with("forked") {
+                forked = Some(output);
+                break;
+            }
+        }
+        let output = forked.expect("a command ran in a forked bash");
+        let pid = number_after(&output, "self:");
+        assert_eq!(number_after(&output, "bashpid:"), pid, "{output}");
+        assert_eq!(number_after(&output, "sid:"), pid, "{output}");
+        assert_eq!(
+            number_after(&output, "parent:"),
+            std::process::id() as i32,
+            "{output}"
+        );
+        let random = output.split("random:").nth(1).unwrap().trim().to_string();
+        seen.push((pid, random));
+    }
+    assert_ne!(
+        seen[0], seen[1],
+        "each forked bash has its own pid and $RANDOM"
+    );
+    // State still carries over between forked bashes.
+    sandbox
+        .run("zygote-a", "cd /; export ZYGOTE_TEST=kept")
+        .await;
+    let data = sandbox.run("zygote-a", "echo \"$PWD $ZYGOTE_TEST\"").await;
+    assert_eq!(data["output"], "/ kept");
+    eventually("forked bashes are reaped", || own_zombies().is_empty()).await;
 }

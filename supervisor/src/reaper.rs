@@ -167,6 +167,28 @@ impl Reaper {
         })
     }
 
+    /// Registers `pid`, a process re-parented to this one (an orphan of a double fork), for
+    /// reaping, as if it had been spawned here. Only in [`ReapScope::AllChildren`]; refused when
+    /// `pid` is not a child of this process (it was already reaped, or never was ours) or is
+    /// already registered (a pid another waiter owns is never taken from it).
+    pub fn adopt(&self, pid: i32) -> Result<oneshot::Receiver<ExitStatus>, AdoptError> {
+        if self.scope != ReapScope::AllChildren {
+            return Err(AdoptError::NotReapingOrphans);
+        }
+        let mut registry = self.lock();
+        if registry.contains_key(&pid) {
+            return Err(AdoptError::AlreadyRegistered(pid));
+        }
+        // With the lock held no reaping pass runs, so a child seen here (alive or a zombie)
+        // is reaped only after its sender is registered.
+        if parent_of(pid) != Some(std::process::id() as i32) {
+            return Err(AdoptError::NotAChild(pid));
+        }
+        let (tx, rx) = oneshot::channel();
+        registry.insert(pid, tx);
+        Ok(rx)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, oneshot::Sender<ExitStatus>>> {
         // A panic while holding this lock cannot leave the map inconsistent (inserts and removes
         // are single calls), so a poisoned lock is still safe to use.
@@ -237,6 +259,26 @@ impl Reaper {
             }
         }
     }
+}
+
+/// Why [`Reaper::adopt`] refused a pid.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum AdoptError {
+    #[error("this process only reaps its own children (it is neither PID 1 nor a subreaper)")]
+    NotReapingOrphans,
+    #[error("process {0} is not a child of this process")]
+    NotAChild(i32),
+    #[error("process {0} is already waited for")]
+    AlreadyRegistered(i32),
+}
+
+/// The parent pid of `pid` from `/proc/PID/stat` (zombies included), None if it is gone.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so split after the
+    // last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use super::procs;
 use crate::activity::ActivityGuard;
 
 /// The fixed script every command runs inside.
-const WRAPPER: &str = include_str!("wrapper.bash");
+pub(super) const WRAPPER: &str = include_str!("wrapper.bash");
 /// The shell.
 pub const BASH: &str = "/bin/bash";
 /// How long a write to a command's stdin may block before the command counts as not reading.
@@ -241,6 +241,25 @@ impl Prewarmed {
             output: spawned.output,
             exit: spawned.exit,
         })
+    }
+
+    /// A bash forked by a zygote (see `zygote.rs`), with its ends of the FIFOs it opened.
+    pub(super) fn from_parts(
+        kind: EnvKind,
+        pid: i32,
+        args: std::fs::File,
+        stdin: Option<pipe::Sender>,
+        output: pipe::Receiver,
+        exit: tokio::sync::oneshot::Receiver<ExitStatus>,
+    ) -> Prewarmed {
+        Prewarmed {
+            kind,
+            pid,
+            args,
+            stdin,
+            output,
+            exit,
+        }
     }
 
     pub fn kind(&self) -> EnvKind {
@@ -697,7 +716,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// The first command of a session inherits sandboxd's environment (secrets are long gone, and
 /// withheld again here); later ones start from an empty environment and source the one the
 /// session saved, so that `unset` sticks too.
-fn apply_environment(command: &mut Command, kind: EnvKind, identity: Option<&Identity>) {
+pub(super) fn apply_environment(command: &mut Command, kind: EnvKind, identity: Option<&Identity>) {
     if kind == EnvKind::Saved {
         command.env_clear();
         return;

@@ -19,12 +19,14 @@
 //! - [`output`]: the bounded output buffer and its rendering as plain text.
 //! - [`terminal`]: the pseudo-terminal.
 //! - [`procs`]: finding and ending every process a command or terminal started.
+//! - [`zygote`]: long-lived bashes that fork the ready ones commands run in.
 
 pub mod job;
 pub mod output;
 pub mod procs;
 pub mod session;
 pub mod terminal;
+pub mod zygote;
 
 use std::collections::HashMap;
 use std::os::unix::fs::DirBuilderExt;
@@ -191,6 +193,8 @@ pub struct Shell {
     /// One bash of each environment kind started ahead of the next command (see
     /// [`job::Prewarmed`]).
     prewarmed: Mutex<Vec<Prewarmed>>,
+    /// What forks the prewarmed bashes, when it can (else they start from scratch).
+    zygotes: zygote::Zygotes,
 }
 
 /// How many detached command session ids are remembered.
@@ -213,6 +217,7 @@ impl Shell {
             marker_prefix: new_session_id(),
             next_job: AtomicU64::new(1),
             prewarmed: Mutex::new(Vec::new()),
+            zygotes: zygote::Zygotes::find(),
         }
     }
 
@@ -320,7 +325,9 @@ impl Shell {
         // Off the request path: forking bash costs a millisecond here, and the request that
         // just took the waiting one should not pay for the next.
         let shell = Arc::clone(self);
-        tokio::task::spawn_blocking(move || shell.refill_prewarmed(kind, identity.as_ref()));
+        tokio::task::spawn_blocking(move || {
+            shell.refill_prewarmed(kind, identity.as_ref(), &state_root)
+        });
         state.remember(job.mark());
         state.current = Some(job.clone());
         state.commands += 1;
@@ -408,8 +415,9 @@ impl Shell {
     /// New work is refused from now on.
     pub async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        // Closing their fd 3 ends the waiting shells.
+        // Closing their fd 3 ends the waiting shells; closing the zygotes' input ends them.
         self.lock_prewarmed().clear();
+        self.zygotes.clear();
         let removed = self.remove_all_sessions().await;
         let detached = std::mem::take(&mut *self.lock_detached());
         let terminals: Vec<i32> = self.lock_terminals().values().copied().collect();
@@ -547,9 +555,22 @@ impl Shell {
 
     /// Starts the next bash of `kind` ahead of time, unless one is waiting already. A failure
     /// only costs the next command its head start.
-    fn refill_prewarmed(&self, kind: EnvKind, identity: Option<&Identity>) {
+    /// A zygote forks it when it can (see [`zygote`]); else it starts from scratch.
+    fn refill_prewarmed(&self, kind: EnvKind, identity: Option<&Identity>, state_root: &Path) {
         let mut warm = self.lock_prewarmed();
         if self.closed.load(Ordering::SeqCst) || warm.iter().any(|w| w.kind() == kind) {
+            return;
+        }
+        let forked = if self.zygotes.enabled() {
+            self.zygotes
+                .ready_bash(kind, identity, state_root)
+                .inspect_err(|error| tracing::debug!(%error, "no forked shell; starting one"))
+                .ok()
+        } else {
+            None
+        };
+        if let Some(forked) = forked {
+            warm.push(forked);
             return;
         }
         match Prewarmed::spawn(kind, identity) {

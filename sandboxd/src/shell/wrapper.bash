@@ -1,7 +1,7 @@
 # Runs one command of a shell session and saves the session's state for the next one.
 # Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical MARKER [VAR...]
-# or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command
-# and then handed the same five values on fd 3, each NUL-terminated. MARKER is exported as
+# or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command (or forked by a
+# zygote, below) and then handed the same five values on fd 3, each NUL-terminated. MARKER is exported as
 # AGENTBOX_SHELL_JOB, so that sandboxd finds every program the command starts (see procs.rs).
 # COMMAND arrives as data ($1) and is only ever given to `eval`, exactly as typed at a prompt.
 # Everything here uses `builtin` (and `[[`, a keyword) so that functions the user defines cannot
@@ -75,6 +75,34 @@ builtin declare -A __agentbox_fresh
 for __agentbox_name in $__agentbox_list; do __agentbox_fresh[$__agentbox_name]=1; done
 builtin unset __agentbox_name __agentbox_list
 
+# A zygote (see zygote.rs), started as: bash -c "<this script>" bash --zygote BUILTIN_SO. It
+# reads requests on fd 0, each a directory holding three FIFOs (args, in, out), NUL-terminated,
+# and forks (the agentbox_fork builtin) a new bash per request, which opens the FIFOs as its
+# fd 3, stdin and stdout/stderr, reports DIR and its pid on fd 1 (each NUL-terminated; DIR and
+# "-" if the fork failed), and goes on below as a bash waiting for its command.
+if [[ $# -eq 2 && $1 = --zygote ]]; then
+  builtin enable -f "$2" agentbox_fork || builtin exit 1
+  __agentbox_zygote=$$
+  while IFS= builtin read -r -d '' __agentbox_dir; do
+    if ! agentbox_fork; then
+      builtin printf '%s\0-\0' "$__agentbox_dir"
+      continue
+    fi
+    if [[ $$ != "$__agentbox_zygote" ]]; then
+      builtin exec 3<"$__agentbox_dir/args" 0<"$__agentbox_dir/in" 4>"$__agentbox_dir/out" ||
+        builtin exit 1
+      builtin printf '%s\0%s\0' "$__agentbox_dir" "$$"
+      builtin exec 1>&4 2>&4 4>&-
+      # Commands do not get the builtin.
+      builtin enable -n agentbox_fork
+      builtin unset __agentbox_dir __agentbox_zygote
+      builtin set -- --wait-for-command
+      break
+    fi
+  done
+  # The zygote itself ends when sandboxd closes its fd 0.
+  [[ $1 = --wait-for-command ]] || builtin exit 0
+fi
 if [[ $# -eq 1 && $1 = --wait-for-command ]]; then
   # sandboxd closing fd 3 without a command (it is stopping) ends this bash quietly.
   IFS= builtin read -r -d '' __agentbox_1 <&3 && IFS= builtin read -r -d '' __agentbox_2 <&3 &&
