@@ -66,6 +66,7 @@ async fn start() -> anyhow::Result<Sandbox> {
             output_limit: 1024 * 1024,
             stop_grace: Duration::from_secs(1),
             state_parent: state_parent.path().to_path_buf(),
+            zygote: true,
         },
         activity.clone(),
     ));

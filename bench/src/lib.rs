@@ -75,8 +75,20 @@ pub fn parse_mib(text: &str) -> Option<f64> {
 /// Starts a sandbox container from `image` named `name` (removing a leftover of the same name)
 /// on the benchmark network at `ip`, with API key `key`; the caller removes it.
 pub fn start_sandbox(name: &str, ip: &str, key: &str, image: &str) -> anyhow::Result<()> {
+    start_sandbox_with(name, ip, key, image, &[])
+}
+
+/// [`start_sandbox`] with extra `NAME=VALUE` environment variables for sandboxd.
+pub fn start_sandbox_with(
+    name: &str,
+    ip: &str,
+    key: &str,
+    image: &str,
+    env: &[&str],
+) -> anyhow::Result<()> {
     let _ = docker(&["rm", "-f", name]);
-    docker(&[
+    let key = format!("SANDBOX_API_KEY={key}");
+    let mut args = vec![
         "run",
         "-d",
         "--rm",
@@ -89,9 +101,13 @@ pub fn start_sandbox(name: &str, ip: &str, key: &str, image: &str) -> anyhow::Re
         "--label",
         "agentbox.bench=1",
         "-e",
-        &format!("SANDBOX_API_KEY={key}"),
-        image,
-    ])?;
+        &key,
+    ];
+    for var in env {
+        args.extend(["-e", var]);
+    }
+    args.push(image);
+    docker(&args)?;
     Ok(())
 }
 

@@ -73,6 +73,9 @@ pub struct Settings {
     /// xterm.js's files for the terminal page (`SANDBOXD_XTERM_DIR`, default
     /// `/usr/share/agentbox/xterm`: `xterm.js`, `xterm.css`, `xterm-addon-fit.js`).
     pub xterm_dir: PathBuf,
+    /// Fork the shells commands run in from a long-lived zygote bash when the builtin for it is
+    /// installed (`SANDBOXD_SHELL_ZYGOTE`, default true; false starts each from scratch).
+    pub shell_zygote: bool,
 }
 
 /// Settings of the remote desktop sandboxd fronts on its own port (`/vnc/`, `/websockify`).
@@ -337,6 +340,13 @@ impl Settings {
             xterm_dir: get("SANDBOXD_XTERM_DIR")
                 .unwrap_or_else(|| "/usr/share/agentbox/xterm".into())
                 .into(),
+            shell_zygote: match get("SANDBOXD_SHELL_ZYGOTE") {
+                None => true,
+                Some(text) => parse_bool(&text).ok_or_else(|| SettingsError {
+                    name: "SANDBOXD_SHELL_ZYGOTE",
+                    message: format!("must be true or false, got {text:?}"),
+                })?,
+            },
         })
     }
 }

@@ -73,6 +73,7 @@ async fn start() -> Sandbox {
             output_limit: 1024 * 1024,
             stop_grace: Duration::from_secs(1),
             state_parent: state_parent.path().to_path_buf(),
+            zygote: true,
         },
         activity.clone(),
     ));
@@ -1600,7 +1601,7 @@ async fn ready_bashes_are_forked_by_a_zygote_and_still_lead_their_own_sessions()
     );
     let sandbox = start().await;
     let probe = "[[ $(tr '\\0' ' ' </proc/$$/cmdline) == *' --zygote '* ]] && echo forked; \
-                 read -r -a s </proc/$$/stat; \
+                 [[ -e /proc/$$/fd/3 ]] || echo fd3:closed; read -r -a s </proc/$$/stat; \
                  echo \"self:$$ bashpid:$BASHPID sid:${s[5]} parent:$PPID random:$RANDOM.$RANDOM.$RANDOM\"";
     let mut seen = Vec::new();
     for session in ["zygote-a", "zygote-b"] {
@@ -1619,6 +1620,10 @@ async fn ready_bashes_are_forked_by_a_zygote_and_still_lead_their_own_sessions()
             }
         }
         let output = forked.expect("a command ran in a forked bash");
+        assert!(
+            output.contains("fd3:closed"),
+            "the hand-over pipe is closed before the command: {output}"
+        );
         let pid = number_after(&output, "self:");
         assert_eq!(number_after(&output, "bashpid:"), pid, "{output}");
         assert_eq!(number_after(&output, "sid:"), pid, "{output}");

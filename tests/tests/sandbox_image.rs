@@ -546,3 +546,52 @@ async fn finding_5_every_port_needs_the_key_and_nothing_else_listens_outside_loo
         "setuid/setgid programs: {privileged}"
     );
 }
+
+#[tokio::test]
+async fn shell_commands_run_in_bashes_the_zygote_forked() {
+    // The image installs the bash builtin: after a session's first command the ready bashes are
+    // forked by sandboxd's zygote (their command line is the zygote's), re-parented to PID 1,
+    // each leading its own session with the hand-over pipe closed, and commands and their state
+    // behave as before. One spaced exec after another, until one runs in a forked bash.
+    let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+    sandbox.wait_ready(READY).await.unwrap();
+    let exec = |command: &str, session: &str| {
+        let request = sandbox
+            .client
+            .post(sandbox.url("/v1/shell/exec"))
+            .bearer_auth(&sandbox.api_key)
+            .json(&serde_json::json!({"id": session, "command": command}));
+        async move {
+            let answer: Value = request.send().await.unwrap().json().await.unwrap();
+            answer["data"]["output"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    let probe = "[[ $(tr '\\0' ' ' </proc/$$/cmdline) == *' --zygote '* ]] && echo forked; \
+                 [[ -e /proc/$$/fd/3 ]] || echo fd3:closed; read -r -a s </proc/$$/stat; \
+                 echo \"self:$$ sid:${s[5]} parent:$PPID\"";
+    exec("cd /tmp; export KEPT=yes", "image-zygote").await;
+    let mut forked = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let output = exec(probe, "image-zygote").await;
+        if output.starts_with("forked") {
+            forked = Some(output);
+            break;
+        }
+    }
+    let output = forked.expect("a command ran in a bash the zygote forked");
+    assert!(output.contains("fd3:closed"), "{output}");
+    let field = |label: &str| {
+        output
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(label))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(field("sid:"), field("self:"), "{output}");
+    assert_eq!(field("parent:"), "1", "{output}");
+    assert_eq!(exec("echo $PWD $KEPT", "image-zygote").await, "/tmp yes");
+}

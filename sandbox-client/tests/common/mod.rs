@@ -87,6 +87,7 @@ pub async fn start(options: Options) -> Result<Sandboxd> {
             output_limit: 1024 * 1024,
             stop_grace: Duration::from_secs(1),
             state_parent: state.path().to_path_buf(),
+            zygote: true,
         },
         activity.clone(),
     ));

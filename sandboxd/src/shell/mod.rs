@@ -69,6 +69,8 @@ pub struct ShellConfig {
     pub stop_grace: Duration,
     /// Where the per-session state directories are created.
     pub state_parent: PathBuf,
+    /// Fork ready shells from a zygote when the builtin is found (see [`zygote`]).
+    pub zygote: bool,
 }
 
 impl ShellConfig {
@@ -84,6 +86,7 @@ impl ShellConfig {
             output_limit: 1024 * 1024,
             stop_grace: Duration::from_secs(2),
             state_parent: state_parent(),
+            zygote: settings.shell_zygote,
         }
     }
 }
@@ -204,6 +207,11 @@ pub const MAX_ID_LEN: usize = 128;
 
 impl Shell {
     pub fn new(config: ShellConfig, activity: Arc<Activity>) -> Self {
+        let zygotes = if config.zygote {
+            zygote::Zygotes::find()
+        } else {
+            zygote::Zygotes::none()
+        };
         Self {
             config,
             activity,
@@ -217,7 +225,7 @@ impl Shell {
             marker_prefix: new_session_id(),
             next_job: AtomicU64::new(1),
             prewarmed: Mutex::new(Vec::new()),
-            zygotes: zygote::Zygotes::find(),
+            zygotes,
         }
     }
 

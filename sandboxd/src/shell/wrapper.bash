@@ -89,10 +89,12 @@ if [[ $# -eq 2 && $1 = --zygote ]]; then
       continue
     fi
     if [[ $$ != "$__agentbox_zygote" ]]; then
-      builtin exec 3<"$__agentbox_dir/args" 0<"$__agentbox_dir/in" 4>"$__agentbox_dir/out" ||
+      # Plain `exec`: redirections of `builtin exec` last for that command only. (No function
+      # can be named `exec` yet: nothing of the session has been sourced.)
+      exec 3<"$__agentbox_dir/args" 0<"$__agentbox_dir/in" 4>"$__agentbox_dir/out" ||
         builtin exit 1
       builtin printf '%s\0%s\0' "$__agentbox_dir" "$$"
-      builtin exec 1>&4 2>&4 4>&-
+      exec 1>&4 2>&4 4>&-
       # Commands do not get the builtin.
       builtin enable -n agentbox_fork
       builtin unset __agentbox_dir __agentbox_zygote
@@ -109,7 +111,7 @@ if [[ $# -eq 1 && $1 = --wait-for-command ]]; then
     IFS= builtin read -r -d '' __agentbox_3 <&3 && IFS= builtin read -r -d '' __agentbox_4 <&3 &&
     IFS= builtin read -r -d '' __agentbox_5 <&3 ||
     builtin exit 0
-  builtin exec 3<&-
+  exec 3<&- # plain `exec`, as above: the command does not inherit the hand-over pipe
   builtin set -- "$__agentbox_1" "$__agentbox_2" "$__agentbox_3" "$__agentbox_4" "$__agentbox_5"
   builtin unset __agentbox_1 __agentbox_2 __agentbox_3 __agentbox_4 __agentbox_5
 fi

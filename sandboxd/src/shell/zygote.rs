@@ -102,6 +102,14 @@ impl Zygotes {
         }
         Zygotes {
             builtin,
+            ..Zygotes::none()
+        }
+    }
+
+    /// No zygotes: every ready bash starts from scratch.
+    pub fn none() -> Zygotes {
+        Zygotes {
+            builtin: None,
             slots: [Mutex::new(None), Mutex::new(None)],
             next_dir: AtomicU64::new(1),
             start_failures: AtomicU32::new(0),
