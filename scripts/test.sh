@@ -180,6 +180,8 @@ main() {
     cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
   step "benchmark harness smoke run (capabilities, 2 iterations)" \
     cargo run --locked --release -q -p agentbox-bench --bin capabilities -- --iterations 2
+  step "benchmark harness smoke run (shell exec, 2 iterations)" \
+    cargo run --locked --release -q -p agentbox-bench --bin shell-exec -- --iterations 2 --rounds 1
   step "benchmark harness smoke run (file watch, 2 iterations)" \
     cargo run --locked --release -q -p agentbox-bench --bin file-watch -- --iterations 2
   step "benchmark harness smoke run (code execution, 10 iterations)" \
