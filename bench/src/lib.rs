@@ -111,6 +111,26 @@ pub fn start_sandbox_with(
     Ok(())
 }
 
+/// Polls the sandbox at `ip`'s `/readyz` with `key` until it answers 200, or fails at `deadline`.
+pub async fn wait_ready(
+    client: &reqwest::Client,
+    ip: &str,
+    key: &str,
+    deadline: std::time::Instant,
+) -> anyhow::Result<()> {
+    let url = format!("http://{ip}:8080/readyz");
+    loop {
+        let response = client.get(&url).bearer_auth(key).send().await;
+        if matches!(&response, Ok(r) if r.status() == 200) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("{url} not ready in time");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Summary statistics of a sample, in milliseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct Stats {

@@ -18,7 +18,9 @@
 
 use std::time::{Duration, Instant};
 
-use agentbox_bench::{Stats, arg, docker, ensure_network, print_header, print_row, start_sandbox};
+use agentbox_bench::{
+    Stats, arg, docker, ensure_network, print_header, print_row, start_sandbox, wait_ready,
+};
 use anyhow::{Context, bail};
 
 const IP: &str = "172.31.250.11";
@@ -42,7 +44,7 @@ async fn run(container: &str, iterations: usize) -> anyhow::Result<()> {
         .pool_max_idle_per_host(1)
         .build()?;
     let api = format!("http://{IP}:8080");
-    wait_ready(&client, &api).await?;
+    wait_ready(&client, IP, KEY, Instant::now() + Duration::from_secs(120)).await?;
     show_busy_page(&client).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -230,23 +232,6 @@ fn header(response: &reqwest::Response, name: &str) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string()
-}
-
-async fn wait_ready(client: &reqwest::Client, api: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if let Ok(r) = client
-            .get(format!("{api}/readyz"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            && r.status() == 200
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("sandbox not ready")
 }
 
 /// Opens a page with text and a table in Chromium, over CDP, so screenshots are not blank.

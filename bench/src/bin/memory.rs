@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agentbox_bench::{NETWORK, SANDBOX_LIMITS, arg, docker, ensure_network, parse_mib};
+use agentbox_bench::{NETWORK, SANDBOX_LIMITS, arg, docker, ensure_network, parse_mib, wait_ready};
 use anyhow::{Context, bail};
 
 const KEY: &str = "bench-memory-key";
@@ -122,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
         .build()?;
     let deadline = Instant::now() + Duration::from_secs(60 + 15 * running as u64);
     for ip in &ips {
-        wait_ready(&client, ip, deadline).await?;
+        wait_ready(&client, ip, KEY, deadline).await?;
     }
     tokio::time::sleep(Duration::from_secs(settle)).await;
 
@@ -177,20 +177,6 @@ fn repeated(name: &str) -> Vec<String> {
         .filter(|w| w[0] == name)
         .map(|w| w[1].clone())
         .collect()
-}
-
-async fn wait_ready(client: &reqwest::Client, ip: &str, deadline: Instant) -> anyhow::Result<()> {
-    let url = format!("http://{ip}:8080/readyz");
-    loop {
-        let response = client.get(&url).bearer_auth(KEY).send().await;
-        if matches!(&response, Ok(r) if r.status() == 200) {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{url} not ready in time");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// The memory cgroup directory of `pid` as the host sees it (cgroup v1's memory hierarchy, or

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use agentbox_bench::{
-    Stats, arg, docker, ensure_network, print_header, print_row, start_sandbox_with,
+    Stats, arg, docker, ensure_network, print_header, print_row, start_sandbox_with, wait_ready,
 };
 use anyhow::bail;
 
@@ -72,7 +72,7 @@ async fn run(names: &[String; 2], iterations: usize, rounds: usize) -> anyhow::R
         .build()?;
     let sandboxes = [FORKED, FRESH];
     for (ip, _) in sandboxes {
-        wait_ready(&client, ip).await?;
+        wait_ready(&client, ip, KEY, Instant::now() + Duration::from_secs(120)).await?;
     }
     // Let the desktops settle before timing.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -162,21 +162,4 @@ async fn time_execs(
         }
     }
     Ok(times)
-}
-
-async fn wait_ready(client: &reqwest::Client, ip: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if let Ok(r) = client
-            .get(format!("http://{ip}:8080/readyz"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            && r.status() == 200
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("sandbox at {ip} not ready")
 }
