@@ -75,6 +75,12 @@ pub fn scan() -> Vec<ProcessEntry> {
     .collect()
 }
 
+/// The process `pid`, zombies included; None once it is gone.
+pub fn entry(pid: i32) -> Option<ProcessEntry> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &stat)
+}
+
 /// Parses `/proc/<pid>/stat`: `pid (comm) state ppid pgrp session ...`; `comm` may hold spaces
 /// and parentheses, so fields are counted from the last `)`.
 fn parse_stat(pid: i32, stat: &str) -> Option<ProcessEntry> {

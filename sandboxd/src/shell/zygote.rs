@@ -192,7 +192,7 @@ impl Zygotes {
         drop(slot);
         // A bash forked by the builtin leads its own session; anything else reported (see the
         // module doc) is refused, and so is a pid another waiter owns (by `adopt`).
-        if session_of(pid) != Some(pid) {
+        if super::procs::entry(pid).map(|p| p.session) != Some(pid) {
             return Err(io::Error::other(format!(
                 "reported shell {pid} does not lead its own session"
             )));
@@ -301,14 +301,6 @@ fn take_report(pending: &mut Vec<u8>) -> Option<(Vec<u8>, Vec<u8>)> {
     );
     pending.drain(..=second);
     Some(report)
-}
-
-/// The session id of `pid` from `/proc/PID/stat`, None if it is gone.
-fn session_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "PID (COMM) STATE PPID PGRP SESSION ...", COMM possibly holding ')'.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// sandboxd's ends of a forked bash's three FIFOs.
