@@ -5,7 +5,7 @@
 #   BASE_IMAGE=debian:bookworm-slim images/build.sh   # with a registry: packages via apt in the Dockerfile
 #
 # Building sandboxd needs cmake and nasm on the host (libjpeg-turbo is compiled in; Debian:
-# `apt-get install cmake nasm`); scripts/test.sh installs them.
+# `apt-get install cmake nasm`); scripts/up.sh and scripts/test.sh install them.
 #
 # Incremental: the base image is tagged by a hash of its inputs and reused; cargo and the Docker
 # layer cache skip unchanged steps, so a re-run with unchanged inputs takes seconds.

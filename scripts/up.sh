@@ -18,6 +18,9 @@ url="http://$listen"
 ensure_docker
 ensure_command debootstrap debootstrap
 ensure_command curl curl
+# sandboxd compiles libjpeg-turbo (its JPEG encoder) from source: cmake, and nasm for SIMD.
+ensure_command cmake cmake
+ensure_command nasm nasm
 "$root/images/build.sh"
 log "building the orchestrator"
 cargo build --release --locked -p orchestrator --manifest-path "$root/Cargo.toml"

@@ -1368,6 +1368,49 @@ async fn bash_hard_timeouts_and_kills_end_every_process() {
     eventually("no zombie children remain", || own_zombies().is_empty()).await;
 }
 
+/// SIGINT that reaches bash just before it forks its foreground program leaves that program
+/// unsignalled (bash runs its trap only once the program ends), so `kill` also interrupts what
+/// bash forked after the signal. The moment is swept across the command's start, repeatedly:
+/// CI once saw a command go on running after SIGINT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_sigint_ends_a_command_whatever_moment_it_arrives() {
+    let sandbox = start().await;
+    for round in 0..60u64 {
+        let session = format!("int-{round}");
+        let started = sandbox
+            .bash(
+                "exec",
+                json!({"session_id": session, "command": "echo ready; sleep 1000", "async_mode": true}),
+            )
+            .await;
+        assert_eq!(started["status"], "running", "{started}");
+        // Half the rounds interrupt as soon as the command starts (while bash may be setting
+        // up), half once it has said `ready` (while it forks `sleep`), at varying delays.
+        if round % 2 == 1 {
+            let read = sandbox
+                .bash(
+                    "output",
+                    json!({"session_id": session, "wait": true, "wait_timeout": 10}),
+                )
+                .await;
+            assert_eq!(read["stdout"], "ready\n", "{read}");
+        }
+        tokio::time::sleep(Duration::from_micros(round * 40)).await;
+        let interrupted = sandbox
+            .bash("kill", json!({"session_id": session, "signal": "SIGINT"}))
+            .await;
+        assert_eq!(
+            interrupted["exit_code"], 130,
+            "round {round}: {interrupted}"
+        );
+        assert_ne!(
+            interrupted["status"], "running",
+            "round {round}: {interrupted}"
+        );
+    }
+    eventually("no zombie children remain", || own_zombies().is_empty()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bash_output_is_bounded_and_cut_in_the_middle() {
     let sandbox = start().await;

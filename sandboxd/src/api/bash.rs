@@ -230,9 +230,9 @@ pub async fn kill(
         .ok_or_else(|| ShellError::NoCommand(session.id.clone()))?;
     match signal {
         Signal::SIGINT => {
-            job.signal(Signal::SIGINT)
+            job.interrupt(INTERRUPT_WAIT)
+                .await
                 .map_err(|error| ApiError::internal(format!("sending SIGINT: {error}")))?;
-            job.wait(Some(INTERRUPT_WAIT), None).await;
         }
         _ => job.stop(StopReason::Killed).await,
     }

@@ -46,6 +46,10 @@ pub(super) const WRAPPER: &str = include_str!("wrapper.bash");
 pub const BASH: &str = "/bin/bash";
 /// How long a write to a command's stdin may block before the command counts as not reading.
 const INPUT_WRITE_LIMIT: Duration = Duration::from_secs(5);
+/// How long after an interrupt [`Job::interrupt`] looks for programs bash forked after taking
+/// the signal, and how often.
+const INTERRUPT_RACE_WINDOW: Duration = Duration::from_millis(300);
+const INTERRUPT_RACE_POLL: Duration = Duration::from_millis(20);
 /// Environment variables no command may inherit from sandboxd.
 const WITHHELD_VARS: &[&str] = &["SANDBOX_API_KEY", "SANDBOX_API_KEY_FILE"];
 /// Set for a session's first command (later ones inherit the session's saved environment):
@@ -529,6 +533,58 @@ impl Job {
             Err(nix::errno::Errno::ESRCH) => Ok(false),
             Err(errno) => Err(io::Error::from(errno)),
         }
+    }
+
+    /// Interrupts the command as Ctrl-C at a prompt does: SIGINT to its process group, then
+    /// waits up to `limit` for it to end.
+    ///
+    /// bash runs its SIGINT trap (which ends the command with 130) only once its foreground
+    /// program has ended. When the signal reaches bash in the moment before it forks that
+    /// program, the program never sees the signal and bash waits for it with the trap pending:
+    /// the command would hang where a person would press Ctrl-C again. So for a short while
+    /// after the signal, if bash's only programs are ones it forked after the signal, they get
+    /// SIGINT too (each once). A program that was there when the signal was sent never gets a
+    /// second one.
+    pub async fn interrupt(&self, limit: Duration) -> io::Result<()> {
+        if !self.is_running() {
+            return Ok(());
+        }
+        let leader = self.pid;
+        let deadline = Instant::now() + limit;
+        let before = tokio::task::spawn_blocking(move || procs::group_children(leader))
+            .await
+            .unwrap_or_default();
+        if !self.signal(Signal::SIGINT)? {
+            return Ok(());
+        }
+        let race_until = Instant::now() + INTERRUPT_RACE_WINDOW.min(limit);
+        let mut signalled_again = std::collections::HashSet::new();
+        while Instant::now() < race_until {
+            let poll_end = (Instant::now() + INTERRUPT_RACE_POLL).min(race_until);
+            if let WaitEnd::Finished(_) = self.wait(Some(poll_end - Instant::now()), None).await {
+                return Ok(());
+            }
+            let now = tokio::task::spawn_blocking(move || procs::group_children(leader))
+                .await
+                .unwrap_or_default();
+            if now.is_empty() || !now.is_disjoint(&before) {
+                continue;
+            }
+            for &(pid, start_time) in now.difference(&signalled_again) {
+                tracing::debug!(
+                    pid,
+                    "interrupting a program bash forked after the interrupt"
+                );
+                procs::signal_if_same(pid, start_time, Signal::SIGINT);
+            }
+            signalled_again.extend(now);
+        }
+        self.wait(
+            Some(deadline.saturating_duration_since(Instant::now())),
+            None,
+        )
+        .await;
+        Ok(())
     }
 
     pub fn ps1(&self) -> &str {

@@ -122,6 +122,23 @@ pub fn members(sid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// The live children of `leader` that are in its process group, by pid and start time (what
+/// a `killpg` of that group reaches among them).
+pub fn group_children(leader: i32) -> HashSet<(i32, u64)> {
+    scan()
+        .into_iter()
+        .filter(|p| p.ppid == leader && p.pgrp == leader && !p.zombie)
+        .map(|p| (p.pid, p.start_time))
+        .collect()
+}
+
+/// Sends `signal` to `pid` if it is still the process that started at `start_time`.
+pub fn signal_if_same(pid: i32, start_time: u64, signal: Signal) {
+    if entry(pid).is_some_and(|p| p.start_time == start_time && !p.zombie) {
+        signal_each(&[pid], signal);
+    }
+}
+
 /// Sandboxd's own session id, or 0 if it cannot be read.
 fn own_session() -> i32 {
     nix::unistd::getsid(None).map(Pid::as_raw).unwrap_or(0)

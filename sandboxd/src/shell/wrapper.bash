@@ -115,6 +115,12 @@ if [[ $# -eq 1 && $1 = --wait-for-command ]]; then
   builtin set -- "$__agentbox_1" "$__agentbox_2" "$__agentbox_3" "$__agentbox_4" "$__agentbox_5"
   builtin unset __agentbox_1 __agentbox_2 __agentbox_3 __agentbox_4 __agentbox_5
 fi
+# SIGINT (the bash API's `kill` with SIGINT, like Ctrl-C) ends the command with status 130, as
+# at a prompt; without this trap bash would die of the signal after the exit trap had already
+# reported the status of the last command that finished. Set before anything of the session is
+# restored and before the exit trap, so an interrupt that arrives while the command is being
+# set up ends it with 130 too (and, before the exit trap, leaves the session's state as it was).
+builtin trap 'builtin exit 130' INT
 __agentbox_state=$2
 __agentbox_mode=$4
 __agentbox_marker=$5
@@ -157,8 +163,4 @@ builtin unset __agentbox_e __agentbox_n
 # `set +x` first, with its own trace silenced, so a command that enabled tracing does not trace
 # the report and the saving.
 builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>/dev/null; __agentbox_done; __agentbox_restore; __agentbox_save; builtin exit "$__agentbox_status"' EXIT
-# SIGINT (the bash API's `kill` with SIGINT, like Ctrl-C) ends the command with status 130, as
-# at a prompt; without this trap bash would die of the signal after the exit trap had already
-# reported the status of the last command that finished.
-builtin trap 'builtin exit 130' INT
 builtin eval -- "$1"
