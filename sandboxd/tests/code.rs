@@ -97,6 +97,38 @@ async fn a_kernel_keeps_state_reports_errors_and_bounds_output() {
     jupyter.delete_all().await;
 }
 
+/// ipykernel aborts requests that arrive while it is still aborting after an error (its
+/// `stop_on_error`); one that came right after an error was answered `aborted`, empty.
+#[tokio::test]
+async fn the_request_after_an_error_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let jupyter = jupyter(&dir, 1, 1 << 20);
+    for round in 0..50 {
+        let failed = jupyter
+            .execute(request("raise ValueError('no')", Some("e"), 60))
+            .await
+            .unwrap()
+            .execution;
+        assert_eq!(
+            failed.status,
+            ExecutionStatus::Error,
+            "round {round}: {failed:?}"
+        );
+        let next = jupyter
+            .execute(request("41 + 1", Some("e"), 60))
+            .await
+            .unwrap()
+            .execution;
+        assert_eq!(next.status, ExecutionStatus::Ok, "round {round}: {next:?}");
+        assert_eq!(
+            next.outputs[0].data.as_ref().unwrap()["text/plain"],
+            "42",
+            "round {round}"
+        );
+    }
+    jupyter.delete_all().await;
+}
+
 #[tokio::test]
 async fn timeouts_interrupt_deaths_restart_and_deletes_kill_the_group() {
     let dir = tempfile::tempdir().unwrap();
@@ -121,6 +153,7 @@ async fn timeouts_interrupt_deaths_restart_and_deletes_kill_the_group() {
         .await
         .unwrap()
         .execution;
+    assert_eq!(kept.status, ExecutionStatus::Ok, "{kept:?}");
     assert_eq!(
         kept.outputs[0].data.as_ref().unwrap()["text/plain"],
         "1",

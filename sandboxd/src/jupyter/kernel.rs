@@ -276,6 +276,11 @@ impl Kernel {
         let mut request = ExecuteRequest::new(code.to_string());
         request.silent = silent;
         request.store_history = !silent;
+        // One request at a time reaches a kernel, so there is never a queue to abort after an
+        // error; with `stop_on_error` ipykernel aborts requests that arrive before it has
+        // finished aborting (a race the next request loses on a busy machine: it is answered
+        // `aborted`, with no outputs).
+        request.stop_on_error = false;
         let message: JupyterMessage = request.into();
         let id = message.header.msg_id.clone();
         self.send(message).await?;
