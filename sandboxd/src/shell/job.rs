@@ -3,7 +3,8 @@
 //! The command runs as `bash -c <wrapper> bash COMMAND STATE_DIR START_DIR MODE MARKER` (see
 //! `wrapper.bash`): the command is an argument, never part of a script string. Usually the bash
 //! is a [`Prewarmed`] one, started before the request with `--wait-for-command` and handed the
-//! same five values as NUL-terminated data on its fd 3 (still never script text). bash leads a new
+//! same five values on its fd 3 as five ANSI-C quoted words that the wrapper reads in one call and
+//! gives to `set --` (the command still only ever reaches `eval` as data). bash leads a new
 //! session and process group and is a child subreaper, so that orphans of what it starts stay
 //! below it while it runs (see [`procs`]); stdout and stderr share one pipe, so their lines stay
 //! in order (the bash pipe API asks for two, and per-command variables as `NAME=VALUE` arguments
@@ -14,8 +15,9 @@
 //! shell; their later output is still read (and bounded) until they close the pipe.
 //!
 //! The answer does not wait for the session's state to be saved: the wrapper's exit trap first
-//! reports the command's exit status and working directory on the session's `done` FIFO, and
-//! the [`Outcome`] is published from that; bash then saves the environment and exits, and the
+//! reports the command's exit status and working directory on the session's `done` FIFO (with
+//! symlinks resolved, the directory is read from `/proc` instead: what `pwd -P` would print,
+//! without a lookup per component), and the [`Outcome`] is published from that; bash then saves the environment and exits, and the
 //! job is *settled* ([`Job::settled`]) once sandboxd has taken that state. The next command of
 //! the session waits for it. A command that never reaches the trap (killed, `exec`) is finished
 //! when bash is reaped, as before.
@@ -199,9 +201,10 @@ impl EnvKind {
     }
 }
 
-/// Longest command handed to a prewarmed bash (it reads fd 3 a byte at a time); longer ones
-/// start a bash of their own with the command as an argument.
-pub const MAX_PREWARMED_COMMAND: usize = 16 * 1024;
+/// Longest hand-over text (the five values, quoted) given to a waiting bash: well within a pipe's
+/// capacity (64 KiB), so that writing it never blocks. A command whose text would be longer
+/// starts a bash of its own with the command as an argument.
+pub const MAX_HAND_OVER: usize = 48 * 1024;
 
 impl Prewarmed {
     /// Starts a bash that waits for its command. Must be called within the Tokio runtime.
@@ -270,31 +273,23 @@ impl Prewarmed {
         self.kind
     }
 
-    /// Hands the command over: COMMAND STATE_DIR START_DIR MODE MARKER, each NUL-terminated.
-    /// Fails if the bash is gone (killed meanwhile), so the caller can start a cold one.
-    fn hand_over(&mut self, spec: &JobSpec) -> io::Result<()> {
+    /// Hands the command over as `text` (see [`hand_over_text`]) and closes the pipe, which
+    /// ends the text for the waiting bash. Fails if the bash is gone (killed meanwhile), so the
+    /// caller can start a cold one.
+    fn hand_over(self, text: &str) -> io::Result<SpawnedBash> {
         use std::io::Write;
-        use std::os::unix::ffi::OsStrExt;
-        if spec.command.contains('\0') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "NUL in command",
-            ));
-        }
-        let mut message = Vec::with_capacity(spec.command.len() + 256);
-        for part in [
-            spec.command.as_bytes(),
-            spec.state_dir.as_os_str().as_bytes(),
-            spec.start_dir.as_os_str().as_bytes(),
-            mode(spec.physical).as_bytes(),
-            spec.marker.as_bytes(),
-        ] {
-            message.extend_from_slice(part);
-            message.push(0);
-        }
-        // At most MAX_PREWARMED_COMMAND plus paths: far below a pipe's capacity, so this never
-        // blocks. A dead reader gives EPIPE (SIGPIPE is ignored by Rust programs).
-        self.args.write_all(&message)
+        let mut args = self.args;
+        // At most MAX_HAND_OVER bytes, within the pipe's capacity: this never blocks. A dead
+        // reader gives EPIPE (SIGPIPE is ignored by Rust programs).
+        args.write_all(text.as_bytes())?;
+        drop(args);
+        Ok(SpawnedBash {
+            pid: self.pid,
+            stdin: self.stdin,
+            output: self.output,
+            errors: None,
+            exit: self.exit,
+        })
     }
 }
 
@@ -303,6 +298,57 @@ const WAIT_FOR_COMMAND: &str = "--wait-for-command";
 
 fn mode(physical: bool) -> &'static str {
     if physical { "physical" } else { "logical" }
+}
+
+/// What a waiting bash is handed: COMMAND STATE_DIR START_DIR MODE MARKER as five words of
+/// bash's ANSI-C quoting, which the wrapper reads in one `read -N` and gives to `set --` through
+/// `eval` (the text holds quoted words only, so that only ever sets the five values). None when
+/// it would be longer than [`MAX_HAND_OVER`] or a value holds a NUL byte (which no bash
+/// argument can).
+fn hand_over_text(spec: &JobSpec) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let values = [
+        spec.command.as_bytes(),
+        spec.state_dir.as_os_str().as_bytes(),
+        spec.start_dir.as_os_str().as_bytes(),
+        mode(spec.physical).as_bytes(),
+        spec.marker.as_bytes(),
+    ];
+    let mut text = String::with_capacity(values.iter().map(|v| v.len() + 4).sum());
+    for value in values {
+        if value.contains(&0) {
+            return None;
+        }
+        if !text.is_empty() {
+            text.push(' ');
+        }
+        ansi_c_quote(value, &mut text);
+        if text.len() > MAX_HAND_OVER {
+            return None;
+        }
+    }
+    Some(text)
+}
+
+/// Appends `value` as one bash word in ANSI-C quoting (`$'...'`) made of printable ASCII only:
+/// `'` and `\` are escaped, every other byte outside space..`~` is `\xHH` (bash reads at most
+/// two hex digits there), so the word means exactly these bytes in every locale. `value` holds
+/// no NUL (bash would end the word there).
+fn ansi_c_quote(value: &[u8], out: &mut String) {
+    use std::fmt::Write;
+    out.push_str("$'");
+    for &byte in value {
+        match byte {
+            b'\'' => out.push_str("\\'"),
+            b'\\' => out.push_str("\\\\"),
+            b' '..=b'~' => out.push(char::from(byte)),
+            _ => {
+                // Writing to a String cannot fail.
+                let _ = write!(out, "\\x{byte:02x}");
+            }
+        }
+    }
+    out.push('\'');
 }
 
 /// A spawned bash with its pipes.
@@ -386,20 +432,11 @@ impl Job {
             .inspect_err(|error| tracing::warn!(%error, "shell command reports unavailable"))
             .ok();
         // A waiting bash has one output pipe and takes exactly five values.
-        let warm = warm.filter(|w| {
-            w.kind == kind
-                && spec.command.len() <= MAX_PREWARMED_COMMAND
-                && !spec.separate_stderr
-                && spec.env.is_empty()
-        });
-        let bash = match warm.map(|mut w| w.hand_over(&spec).map(|()| w)) {
-            Some(Ok(w)) => SpawnedBash {
-                pid: w.pid,
-                stdin: w.stdin,
-                output: w.output,
-                errors: None,
-                exit: w.exit,
-            },
+        let warm = warm
+            .filter(|w| w.kind == kind && !spec.separate_stderr && spec.env.is_empty())
+            .and_then(|w| Some((w, hand_over_text(&spec)?)));
+        let bash = match warm.map(|(w, text)| w.hand_over(&text)) {
+            Some(Ok(bash)) => bash,
             failed => {
                 if let Some(Err(error)) = failed {
                     tracing::debug!(%error, "prewarmed shell unusable; starting one");
@@ -842,11 +879,23 @@ fn make_fifo(path: &Path, identity: Option<&Identity>) -> io::Result<()> {
 #[derive(Debug, PartialEq, Eq)]
 struct Report {
     exit_code: i32,
-    cwd: Option<PathBuf>,
+    cwd: ReportedCwd,
 }
 
-/// Parses `MARKER\0STATUS\0CWD\n\0` once all of it has arrived; None while incomplete, or
-/// when it is another command's or malformed (then it is ignored).
+/// The working directory a report gives.
+#[derive(Debug, PartialEq, Eq)]
+enum ReportedCwd {
+    /// As bash printed it (`pwd -L`).
+    Path(PathBuf),
+    /// Not given: it is bash's current directory, read from `/proc` (symlinks resolved).
+    OfProcess,
+    /// Given, but not an absolute path (bash could not tell).
+    Unknown,
+}
+
+/// Parses `MARKER\0STATUS\0CWD\n\0` (or `MARKER\0STATUS\0\0`: the directory is bash's
+/// current one) once all of it has arrived; None while incomplete, or when it is another
+/// command's or malformed (then it is ignored).
 fn parse_report(bytes: &[u8], marker: &str) -> Option<Report> {
     let mut fields = bytes.split(|&b| b == 0);
     let (who, status, cwd) = (fields.next()?, fields.next()?, fields.next()?);
@@ -855,11 +904,15 @@ fn parse_report(bytes: &[u8], marker: &str) -> Option<Report> {
         return None;
     }
     let exit_code: i32 = std::str::from_utf8(status).ok()?.parse().ok()?;
-    let cwd = std::str::from_utf8(cwd.strip_suffix(b"\n").unwrap_or(cwd)).ok();
-    Some(Report {
-        exit_code,
-        cwd: cwd.filter(|c| c.starts_with('/')).map(PathBuf::from),
-    })
+    let cwd = if cwd.is_empty() {
+        ReportedCwd::OfProcess
+    } else {
+        match std::str::from_utf8(cwd.strip_suffix(b"\n").unwrap_or(cwd)) {
+            Ok(path) if path.starts_with('/') => ReportedCwd::Path(PathBuf::from(path)),
+            _ => ReportedCwd::Unknown,
+        }
+    };
+    Some(Report { exit_code, cwd })
 }
 
 /// Reads what is in the pipe now without waiting. (A direct non-blocking read: Tokio's
@@ -921,7 +974,18 @@ async fn supervise(
                     Ok(n) if n > 0 && report.len() + n <= MAX_REPORT => {
                         report.extend_from_slice(&report_buf[..n]);
                         if let Some(parsed) = parse_report(&report, &job.marker) {
-                            if job.lock_reason().is_none() {
+                            let cwd_after = match parsed.cwd {
+                                ReportedCwd::Path(path) => Some(Some(path)),
+                                ReportedCwd::Unknown => Some(None),
+                                // bash is in its exit trap, still in that directory. If it is
+                                // gone already, the outcome waits for its exit and takes the
+                                // directory it saved. (Its pid cannot be another process's
+                                // yet: pids are not reused within microseconds.)
+                                ReportedCwd::OfProcess => procs::current_dir(job.pid).ok(),
+                            };
+                            if let Some(cwd_after) = cwd_after
+                                && job.lock_reason().is_none()
+                            {
                                 // The command's own output is all in the pipe by now.
                                 eof = drain_now(&output, &mut buf, &job, Stream::Stdout);
                                 if let Some(errors) = errors.as_ref().filter(|_| !errors_eof) {
@@ -931,7 +995,7 @@ async fn supervise(
                                 job.outcome.send_replace(Some(Outcome {
                                     status: CommandStatus::Completed,
                                     exit_code: parsed.exit_code,
-                                    cwd_after: parsed.cwd,
+                                    cwd_after,
                                 }));
                                 drop(activity.take());
                             }
@@ -1042,7 +1106,7 @@ mod tests {
             parse_report(full, "m.1"),
             Some(Report {
                 exit_code: 3,
-                cwd: Some(PathBuf::from("/tmp/a b\nc"))
+                cwd: ReportedCwd::Path(PathBuf::from("/tmp/a b\nc"))
             })
         );
         for cut in 0..full.len() {
@@ -1054,8 +1118,107 @@ mod tests {
             parse_report(b"m.1\x000\x00relative\n\x00", "m.1"),
             Some(Report {
                 exit_code: 0,
-                cwd: None
+                cwd: ReportedCwd::Unknown
             })
+        );
+        let physical = b"m.1\x00130\x00\x00";
+        assert_eq!(
+            parse_report(physical, "m.1"),
+            Some(Report {
+                exit_code: 130,
+                cwd: ReportedCwd::OfProcess
+            })
+        );
+        for cut in 0..physical.len() {
+            assert_eq!(parse_report(&physical[..cut], "m.1"), None, "cut at {cut}");
+        }
+    }
+
+    /// What bash makes of `words` given to `set --` through `eval`, as the wrapper does: each
+    /// value printed NUL-terminated. (A plain child, waited for by `output`.)
+    #[allow(clippy::disallowed_methods)]
+    fn through_bash(words: &str, locale: &str) -> Vec<Vec<u8>> {
+        let output = std::process::Command::new(BASH)
+            .env_clear()
+            .env("LC_ALL", locale)
+            .args([
+                "-c",
+                "builtin eval \"builtin set -- $1\" && builtin printf '%s\\0' \"$@\"",
+                "bash",
+                words,
+            ])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let mut values: Vec<Vec<u8>> = output
+            .stdout
+            .split(|&b| b == 0)
+            .map(<[u8]>::to_vec)
+            .collect();
+        // Each value ends with a NUL: what follows the last one is empty.
+        assert_eq!(values.pop(), Some(Vec::new()));
+        values
+    }
+
+    #[test]
+    fn quoted_words_reach_bash_byte_for_byte_in_any_locale() {
+        // Every byte but NUL, alone, in runs, and next to what could end or extend an escape.
+        let mut values: Vec<Vec<u8>> = (1..=255u8).map(|b| vec![b]).collect();
+        values.push((1..=255u8).collect());
+        values.push(b"\\x41'\\'$(touch /tmp/agentbox-quote-escaped)`id`\xff\xfeff\x7f0\n".to_vec());
+        values.push("π \u{1F600} ü\t\r\n".as_bytes().to_vec());
+        values.push(Vec::new());
+        for locale in ["C", "C.UTF-8"] {
+            let mut words = String::new();
+            for value in &values {
+                if !words.is_empty() {
+                    words.push(' ');
+                }
+                ansi_c_quote(value, &mut words);
+            }
+            assert!(
+                words.bytes().all(|b| (b' '..=b'~').contains(&b)),
+                "printable ASCII only"
+            );
+            assert_eq!(through_bash(&words, locale), values, "in {locale}");
+        }
+        assert!(!std::path::Path::new("/tmp/agentbox-quote-escaped").exists());
+    }
+
+    #[test]
+    fn hand_over_texts_are_bounded_and_refuse_nul() {
+        let spec = |command: &str| JobSpec {
+            command: command.to_string(),
+            state_dir: PathBuf::from("/dev/shm/s/1"),
+            start_dir: PathBuf::from("/home/agent/work space"),
+            physical: true,
+            identity: None,
+            hard_timeout: None,
+            output_limit: 1024,
+            stop_grace: Duration::from_secs(1),
+            ps1: String::new(),
+            marker: "m.1".to_string(),
+            separate_stderr: false,
+            env: Vec::new(),
+        };
+        let text = hand_over_text(&spec("echo 'hi'")).unwrap();
+        assert_eq!(
+            through_bash(&text, "C.UTF-8"),
+            [
+                b"echo 'hi'".to_vec(),
+                b"/dev/shm/s/1".to_vec(),
+                b"/home/agent/work space".to_vec(),
+                b"physical".to_vec(),
+                b"m.1".to_vec()
+            ]
+        );
+        assert_eq!(hand_over_text(&spec("a\0b")), None);
+        assert!(hand_over_text(&spec(&"x".repeat(MAX_HAND_OVER - 100))).is_some());
+        assert_eq!(hand_over_text(&spec(&"x".repeat(MAX_HAND_OVER))), None);
+        // Non-ASCII takes four bytes a byte: a quarter of the limit is the most that fits.
+        assert_eq!(
+            hand_over_text(&spec(&"\u{e9}".repeat(MAX_HAND_OVER / 6))),
+            None
         );
     }
 }

@@ -23,9 +23,20 @@
 //! Processes in sandboxd's own session, sandboxd itself and PID 1 are never signalled.
 //!
 //! The functions here block (they read `/proc` and sleep); async callers use `spawn_blocking`.
+//! Files under `/proc` are opened relative to one descriptor of `/proc` ([`read_proc`]): a path
+//! from `/` is looked up through the image's root, and where that is fuse-overlayfs every
+//! lookup of `/` is a round trip to the FUSE daemon.
 
 use std::collections::{HashMap, HashSet};
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
@@ -69,16 +80,64 @@ pub fn scan() -> Vec<ProcessEntry> {
     dir.filter_map(|entry| {
         let entry = entry.ok()?;
         let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-        parse_stat(pid, &stat)
+        entry_of(pid)
     })
     .collect()
 }
 
+/// `/proc`, opened once; None if it cannot be opened (then paths from `/` are used).
+fn proc_dir() -> Option<&'static OwnedFd> {
+    static PROC: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    PROC.get_or_init(|| {
+        nix::fcntl::open(
+            "/proc",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    })
+    .as_ref()
+}
+
+/// The whole of `/proc/<relative>`.
+pub fn read_proc(relative: &str) -> io::Result<Vec<u8>> {
+    let Some(proc) = proc_dir() else {
+        return std::fs::read(format!("/proc/{relative}"));
+    };
+    let fd = nix::fcntl::openat(
+        proc,
+        relative,
+        OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The working directory of `pid` as the kernel knows it (symlinks resolved, as `pwd -P`
+/// prints it), or None when it has been removed. Fails when `pid` is gone or cannot be read.
+pub fn current_dir(pid: i32) -> io::Result<Option<PathBuf>> {
+    let relative = format!("{pid}/cwd");
+    let link = match proc_dir() {
+        Some(proc) => nix::fcntl::readlinkat(proc, relative.as_str())?,
+        None => std::fs::read_link(format!("/proc/{relative}"))?.into_os_string(),
+    };
+    let path = PathBuf::from(link);
+    // The kernel marks a removed directory so; a live one can carry that name too.
+    let removed = path.as_os_str().as_bytes().ends_with(b" (deleted)") && !path.is_dir();
+    Ok((!removed && path.is_absolute()).then_some(path))
+}
+
 /// The process `pid`, zombies included; None once it is gone.
 pub fn entry(pid: i32) -> Option<ProcessEntry> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(pid, &stat)
+    entry_of(pid)
+}
+
+fn entry_of(pid: i32) -> Option<ProcessEntry> {
+    let stat = read_proc(&format!("{pid}/stat")).ok()?;
+    // A program may name itself with any bytes: the fields that matter follow the last `)`.
+    parse_stat(pid, &String::from_utf8_lossy(&stat))
 }
 
 /// Parses `/proc/<pid>/stat`: `pid (comm) state ppid pgrp session ...`; `comm` may hold spaces
@@ -105,7 +164,7 @@ fn parse_stat(pid: i32, stat: &str) -> Option<ProcessEntry> {
 /// The value of [`MARKER_VAR`] in the environment `pid` was started with; None when it has none
 /// or the environment cannot be read (gone, another user's, non-dumpable).
 fn marker_of(pid: i32) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let environ = read_proc(&format!("{pid}/environ")).ok()?;
     let prefix = format!("{MARKER_VAR}=");
     environ
         .split(|&b| b == 0)
@@ -357,6 +416,37 @@ mod tests {
         assert!(parse_stat(42, &zombie).unwrap().zombie);
         assert_eq!(parse_stat(7, "garbage"), None);
         assert_eq!(parse_stat(7, "7 (x) Z 1 7 9 0"), None, "too short");
+    }
+
+    #[test]
+    // A plain child the test kills and waits for itself.
+    #[allow(clippy::disallowed_methods)]
+    fn a_process_named_with_invalid_utf8_is_still_found() {
+        // A command could otherwise hide from every scan (and so from being ended) by naming
+        // itself with bytes that are not UTF-8.
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, sys, time\n\
+                 ctypes.CDLL(None).prctl(15, b'\\xff\\xfe(x) Z', 0, 0, 0)\n\
+                 print(flush=True)\n\
+                 time.sleep(30)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut ready = [0u8; 1];
+        child.stdout.take().unwrap().read_exact(&mut ready).unwrap();
+        let pid = child.id() as i32;
+        let stat = read_proc(&format!("{pid}/stat")).unwrap();
+        assert!(std::str::from_utf8(&stat).is_err(), "the name is not UTF-8");
+        let found = entry(pid);
+        let scanned = scan().iter().any(|entry| entry.pid == pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        let found = found.expect("found despite its name");
+        assert_eq!((found.pid, found.zombie), (pid, false));
+        assert!(scanned, "and listed by a scan");
     }
 
     #[test]
