@@ -1135,7 +1135,8 @@ mod tests {
     }
 
     /// What bash makes of `words` given to `set --` through `eval`, as the wrapper does: each
-    /// value printed NUL-terminated. (A plain child, waited for by `output`.)
+    /// value printed NUL-terminated.
+    // A plain child of the test, waited for by `output`: nothing for the reaper to adopt.
     #[allow(clippy::disallowed_methods)]
     fn through_bash(words: &str, locale: &str) -> Vec<Vec<u8>> {
         let output = std::process::Command::new(BASH)
