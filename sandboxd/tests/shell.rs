@@ -33,7 +33,8 @@ struct Sandbox {
     activity: Arc<Activity>,
     workspace: PathBuf,
     _workspace: tempfile::TempDir,
-    _state: tempfile::TempDir,
+    /// Where the shell makes its state root.
+    state_parent: tempfile::TempDir,
 }
 
 fn init_reaping() {
@@ -90,7 +91,7 @@ async fn start() -> Sandbox {
         activity,
         workspace,
         _workspace: workspace_dir,
-        _state: state_parent,
+        state_parent,
     }
 }
 
@@ -1689,4 +1690,146 @@ async fn ready_bashes_are_forked_by_a_zygote_and_still_lead_their_own_sessions()
     let data = sandbox.run("zygote-a", "echo \"$PWD $ZYGOTE_TEST\"").await;
     assert_eq!(data["output"], "/ kept");
     eventually("forked bashes are reaped", || own_zombies().is_empty()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_still_run_after_the_shell_state_is_removed() {
+    // The state root lives in /dev/shm, which a command may clear: sandboxd reaches it through
+    // a descriptor, so it must notice that it is gone and make a new one (and new zygotes, which
+    // run there) instead of failing every command from then on.
+    let sandbox = start().await;
+    sandbox.run("kept", "export KEPT=1; cd /").await;
+    let data = sandbox.run("kept", "echo \"[$KEPT]\"").await;
+    assert_eq!(data["output"], "[1]");
+    let roots = || -> Vec<PathBuf> {
+        std::fs::read_dir(sandbox.state_parent.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect()
+    };
+    let removed = roots();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    std::fs::remove_dir_all(&removed[0]).unwrap();
+    for session in ["kept", "new-a", "new-b", "kept", "new-a"] {
+        let data = sandbox.run(session, "echo ran; pwd").await;
+        assert_eq!(data["exit_code"], 0, "{data}");
+        assert!(
+            data["output"].as_str().unwrap().starts_with("ran\n"),
+            "{data}"
+        );
+    }
+    let data = sandbox.run("new-a", "export AGAIN=2").await;
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let data = sandbox.run("new-a", "echo \"[$AGAIN]\"").await;
+    assert_eq!(data["output"], "[2]", "state carries over in the new root");
+    let now = roots();
+    assert_eq!(now.len(), 1, "a root again: {now:?}");
+    // And commands run in forked bashes again (the zygotes ran in the removed directory).
+    let probe = "[[ $(tr '\\0' ' ' </proc/$$/cmdline) == *' --zygote '* ]] && echo forked";
+    let mut forked = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if sandbox.run("new-b", probe).await["output"] == "forked" {
+            forked = true;
+            break;
+        }
+    }
+    assert!(forked, "no command ran in a forked bash after the removal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_a_command_leaves_is_read_as_pwd_would_print_it() {
+    // With symlinks resolved (the default) the wrapper reports no directory and sandboxd reads
+    // bash's from /proc: it must be what `pwd -P` prints, through symlinks, with spaces and
+    // newlines in names, and a removed directory must not become the session's.
+    let sandbox = start().await;
+    let odd = sandbox.workspace.join("a dir\nwith newline");
+    std::fs::create_dir(&odd).unwrap();
+    std::os::unix::fs::symlink(&odd, sandbox.workspace.join("link")).unwrap();
+    if unprivileged_user().is_some() {
+        // Commands run as nobody, who makes a directory in it below.
+        std::os::unix::fs::chown(&odd, Some(65534), Some(65534)).unwrap();
+    }
+    let data = sandbox.run("cwd", "cd link && pwd -P").await;
+    assert_eq!(data["output"], odd.display().to_string());
+    let (_, listed) = sandbox.get("/v1/shell/sessions").await;
+    assert_eq!(
+        listed["data"]["sessions"]["cwd"]["working_dir"],
+        odd.display().to_string()
+    );
+    let data = sandbox.run("cwd", "pwd").await;
+    assert_eq!(
+        data["output"],
+        odd.display().to_string(),
+        "the next command starts there"
+    );
+    // A directory removed under the command: the session stays where it was.
+    let gone = odd.join("gone");
+    let data = sandbox
+        .run(
+            "cwd",
+            &format!("mkdir gone && cd gone && rmdir {}", quoted(&gone)),
+        )
+        .await;
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let data = sandbox.run("cwd", "pwd").await;
+    assert_eq!(data["output"], odd.display().to_string(), "{data}");
+    // Kept symlinks still come from bash itself.
+    let data = sandbox
+        .exec(json!({
+            "id": "cwd-l",
+            "command": format!("cd {}", quoted(&sandbox.workspace.join("link"))),
+            "preserve_symlinks": true
+        }))
+        .await;
+    assert_eq!(data["exit_code"], 0, "{data}");
+    let data = sandbox
+        .exec(json!({"id": "cwd-l", "command": "pwd", "preserve_symlinks": true}))
+        .await;
+    assert_eq!(
+        data["output"],
+        sandbox.workspace.join("link").display().to_string()
+    );
+}
+
+/// `path` in single quotes for bash.
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_bashes_wait_in_the_workspace_and_follow_it_when_it_is_made_anew() {
+    // Bashes started ahead of time wait in the default directory, so that a new session's first
+    // command need not `cd` there. One that has waited in a directory since removed and made
+    // anew under the same name must still run its command in the new one; and a first command
+    // sees PWD and OLDPWD as a fresh bash has them, whichever way it started.
+    let sandbox = start().await;
+    let workspace = sandbox.workspace.display().to_string();
+    sandbox.run("ready-warm", "true").await;
+    let probe = "pwd; ls; declare -p OLDPWD; \
+                 [[ $(tr '\\0' ' ' </proc/$$/cmdline) == *' --zygote '* ]] && echo forked";
+    let mut forked = false;
+    for generation in 0..50 {
+        // Give the refill, which runs after the answer, time to finish.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::fs::remove_dir_all(&sandbox.workspace).unwrap();
+        std::fs::create_dir(&sandbox.workspace).unwrap();
+        if unprivileged_user().is_some() {
+            std::os::unix::fs::chown(&sandbox.workspace, Some(65534), Some(65534)).unwrap();
+        }
+        let marker = format!("generation-{generation}");
+        std::fs::write(sandbox.workspace.join(&marker), "").unwrap();
+        let data = sandbox.run(&format!("ready-{generation}"), probe).await;
+        let output = data["output"].as_str().unwrap();
+        let expected = format!("{workspace}\n{marker}\ndeclare -x OLDPWD");
+        assert!(
+            output.starts_with(&expected),
+            "expected {expected:?} first: {data}"
+        );
+        if output.ends_with("forked") {
+            forked = true;
+            break;
+        }
+    }
+    assert!(forked, "no command ran in a bash that waited");
 }

@@ -30,7 +30,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
+use nix::sys::stat::SFlag;
 use supervisor::ExitStatus;
 use supervisor::process::Identity;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +42,7 @@ use tokio::time::Instant;
 
 use super::output::{Chunk, OutputBuffer, RenderedOutput};
 use super::procs;
+use super::state::SessionDir;
 use crate::activity::ActivityGuard;
 
 /// The fixed script every command runs inside.
@@ -111,7 +114,7 @@ pub enum WaitEnd {
 pub struct JobSpec {
     pub command: String,
     /// The session's state directory (saved environment and working directory).
-    pub state_dir: PathBuf,
+    pub state: SessionDir,
     pub start_dir: PathBuf,
     /// Resolve symlinks in the working directory (`pwd -P`) rather than keep them.
     pub physical: bool,
@@ -192,8 +195,20 @@ pub enum EnvKind {
 }
 
 impl EnvKind {
-    pub fn of_state_dir(state_dir: &Path) -> EnvKind {
-        if std::fs::metadata(state_dir.join("env")).is_ok_and(|m| m.len() > 0) {
+    /// What the wrapper is told: whether there is a saved environment to restore.
+    fn word(self) -> &'static str {
+        match self {
+            EnvKind::Fresh => "fresh",
+            EnvKind::Saved => "saved",
+        }
+    }
+
+    pub fn of_session(state: &SessionDir) -> EnvKind {
+        if state
+            .root
+            .file_len(&state.file(SAVED_ENV))
+            .is_some_and(|len| len > 0)
+        {
             EnvKind::Saved
         } else {
             EnvKind::Fresh
@@ -201,21 +216,27 @@ impl EnvKind {
     }
 }
 
-/// Longest hand-over text (the five values, quoted) given to a waiting bash: well within a pipe's
+/// Longest hand-over text (the six values, quoted) given to a waiting bash: well within a pipe's
 /// capacity (64 KiB), so that writing it never blocks. A command whose text would be longer
 /// starts a bash of its own with the command as an argument.
 pub const MAX_HAND_OVER: usize = 48 * 1024;
 
 impl Prewarmed {
-    /// Starts a bash that waits for its command. Must be called within the Tokio runtime.
-    pub fn spawn(kind: EnvKind, identity: Option<&Identity>) -> io::Result<Prewarmed> {
+    /// Starts a bash that waits for its command in `ready_dir` (where the next command most
+    /// likely starts; see `wrapper.bash`). Must be called within the Tokio runtime.
+    pub fn spawn(
+        kind: EnvKind,
+        identity: Option<&Identity>,
+        ready_dir: &Path,
+    ) -> io::Result<Prewarmed> {
         let (args_reader, args) = io::pipe()?;
         let mut command = Command::new(BASH);
         command
             .arg("-c")
             .arg(WRAPPER)
             .arg("bash")
-            .arg(WAIT_FOR_COMMAND);
+            .arg(WAIT_FOR_COMMAND)
+            .arg(ready_dir);
         let args_fd = args_reader.as_raw_fd();
         // SAFETY: the closure runs in the forked child before exec and only calls dup2(2) and
         // fcntl(2), which are async-signal-safe; `args_fd` stays open in the parent until the
@@ -300,19 +321,21 @@ fn mode(physical: bool) -> &'static str {
     if physical { "physical" } else { "logical" }
 }
 
-/// What a waiting bash is handed: COMMAND STATE_DIR START_DIR MODE MARKER as five words of
+/// What a waiting bash is handed: COMMAND STATE_DIR START_DIR MODE MARKER ENV as six words of
 /// bash's ANSI-C quoting, which the wrapper reads in one `read -N` and gives to `set --` through
-/// `eval` (the text holds quoted words only, so that only ever sets the five values). None when
+/// `eval` (the text holds quoted words only, so that only ever sets the six values). None when
 /// it would be longer than [`MAX_HAND_OVER`] or a value holds a NUL byte (which no bash
 /// argument can).
-fn hand_over_text(spec: &JobSpec) -> Option<String> {
+fn hand_over_text(spec: &JobSpec, kind: EnvKind) -> Option<String> {
     use std::os::unix::ffi::OsStrExt;
+    let state_path = spec.state.path();
     let values = [
         spec.command.as_bytes(),
-        spec.state_dir.as_os_str().as_bytes(),
+        state_path.as_os_str().as_bytes(),
         spec.start_dir.as_os_str().as_bytes(),
         mode(spec.physical).as_bytes(),
         spec.marker.as_bytes(),
+        kind.word().as_bytes(),
     ];
     let mut text = String::with_capacity(values.iter().map(|v| v.len() + 4).sum());
     for value in values {
@@ -426,15 +449,15 @@ impl Job {
         warm: Option<Prewarmed>,
         activity: ActivityGuard,
     ) -> io::Result<Arc<Job>> {
-        let kind = EnvKind::of_state_dir(&spec.state_dir);
+        let kind = EnvKind::of_session(&spec.state);
         // Opened before bash can write to it; without it, the outcome waits for bash's exit.
-        let done = open_done_fifo(&spec.state_dir, spec.identity.as_ref())
+        let done = open_done_fifo(&spec.state, spec.identity.as_ref())
             .inspect_err(|error| tracing::warn!(%error, "shell command reports unavailable"))
             .ok();
-        // A waiting bash has one output pipe and takes exactly five values.
+        // A waiting bash has one output pipe and takes exactly six values.
         let warm = warm
             .filter(|w| w.kind == kind && !spec.separate_stderr && spec.env.is_empty())
-            .and_then(|w| Some((w, hand_over_text(&spec)?)));
+            .and_then(|w| Some((w, hand_over_text(&spec, kind)?)));
         let bash = match warm.map(|(w, text)| w.hand_over(&text)) {
             Some(Ok(bash)) => bash,
             failed => {
@@ -447,10 +470,11 @@ impl Job {
                     .arg(WRAPPER)
                     .arg("bash")
                     .arg(&spec.command)
-                    .arg(&spec.state_dir)
+                    .arg(spec.state.path())
                     .arg(&spec.start_dir)
                     .arg(mode(spec.physical))
-                    .arg(&spec.marker);
+                    .arg(&spec.marker)
+                    .arg(kind.word());
                 // The per-command variables follow, as data: NAME=VALUE sets, NAME unsets.
                 for (name, value) in &spec.env {
                     match value {
@@ -487,7 +511,7 @@ impl Job {
                 done,
             },
             spec.hard_timeout,
-            spec.state_dir,
+            spec.state,
             activity,
         ));
         Ok(job)
@@ -841,38 +865,28 @@ struct Pipes {
 /// The name of the FIFO in the session's state directory on which the wrapper reports the end
 /// of the command: MARKER, exit status and working directory, each NUL-terminated.
 const DONE_FIFO: &str = "done";
+/// The files of a session's state directory the wrapper writes (see `wrapper.bash`): the saved
+/// environment, and the next one and the working directory as the last command left them.
+const SAVED_ENV: &str = "env";
+const SAVED_ENV_NEXT: &str = "env.next";
+const SAVED_CWD_NEXT: &str = "cwd.next";
 /// Longest report accepted (a working directory is at most PATH_MAX).
 const MAX_REPORT: usize = 8 * 1024;
 
 /// Creates the session's `done` FIFO if needed and opens it for reading. It is opened
 /// read-write, so that it never reads as closed between writers; the wrapper opens it
 /// read-write too, which never blocks.
-fn open_done_fifo(state_dir: &Path, identity: Option<&Identity>) -> io::Result<pipe::Receiver> {
-    use std::os::unix::fs::FileTypeExt;
-    let path = state_dir.join(DONE_FIFO);
-    match std::fs::symlink_metadata(&path) {
-        Ok(meta) if meta.file_type().is_fifo() => {}
-        Ok(_) => {
-            std::fs::remove_file(&path)?;
-            make_fifo(&path, identity)?;
+fn open_done_fifo(state: &SessionDir, identity: Option<&Identity>) -> io::Result<pipe::Receiver> {
+    let fifo = state.file(DONE_FIFO);
+    match state.root.file_type(&fifo) {
+        Some(SFlag::S_IFIFO) => {}
+        Some(_) => {
+            state.root.remove_file(&fifo)?;
+            state.root.make_fifo(&fifo, identity)?;
         }
-        Err(error) if error.kind() == io::ErrorKind::NotFound => make_fifo(&path, identity)?,
-        Err(error) => return Err(error),
+        None => state.root.make_fifo(&fifo, identity)?,
     }
-    pipe::OpenOptions::new()
-        .read_write(true)
-        .open_receiver(&path)
-}
-
-fn make_fifo(path: &Path, identity: Option<&Identity>) -> io::Result<()> {
-    nix::unistd::mkfifo(
-        path,
-        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
-    )?;
-    if let Some(identity) = identity {
-        std::os::unix::fs::chown(path, Some(identity.uid), Some(identity.gid))?;
-    }
-    Ok(())
+    pipe::Receiver::from_owned_fd(state.root.open(&fifo, OFlag::O_RDWR | OFlag::O_NONBLOCK)?)
 }
 
 /// A report from the wrapper: the command's exit status and working directory.
@@ -933,7 +947,7 @@ async fn supervise(
     job: Arc<Job>,
     pipes: Pipes,
     hard_timeout: Option<Duration>,
-    state_dir: PathBuf,
+    state: SessionDir,
     activity: ActivityGuard,
 ) {
     let Pipes {
@@ -1026,10 +1040,7 @@ async fn supervise(
     let exit_code = status.map(ExitStatus::as_shell_code).unwrap_or(-1);
     let reason = *job.lock_reason();
     // A command that was stopped leaves the previous state in place.
-    let saved_cwd = reason
-        .is_none()
-        .then(|| take_saved_state(&state_dir))
-        .flatten();
+    let saved_cwd = reason.is_none().then(|| take_saved_state(&state)).flatten();
     if job.is_running() {
         let outcome = match reason {
             Some(StopReason::HardTimeout) => Outcome {
@@ -1081,16 +1092,19 @@ async fn read_some(pipe: Option<&mut pipe::Receiver>, buf: &mut [u8]) -> io::Res
 
 /// Makes the environment the command saved the session's, and returns the working directory
 /// it saved. A command killed before saving leaves the previous state in place.
-fn take_saved_state(state_dir: &Path) -> Option<PathBuf> {
-    let env_next = state_dir.join("env.next");
-    if env_next.exists()
-        && let Err(error) = std::fs::rename(&env_next, state_dir.join("env"))
-    {
-        tracing::warn!(%error, dir = %state_dir.display(), "cannot keep the shell session's environment");
+fn take_saved_state(state: &SessionDir) -> Option<PathBuf> {
+    let env_next = state.file(SAVED_ENV_NEXT);
+    match state.root.rename(&env_next, &state.file(SAVED_ENV)) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => {
+            tracing::warn!(%error, dir = %state.path().display(), "cannot keep the shell session's environment");
+        }
     }
-    let cwd_next = state_dir.join("cwd.next");
-    let cwd = std::fs::read_to_string(&cwd_next).ok()?;
-    let _ = std::fs::remove_file(&cwd_next);
+    let cwd_next = state.file(SAVED_CWD_NEXT);
+    let cwd = state.root.read(&cwd_next).ok()?;
+    let _ = state.root.remove_file(&cwd_next);
+    let cwd = String::from_utf8(cwd).ok()?;
     let cwd = cwd.strip_suffix('\n').unwrap_or(&cwd);
     (!cwd.is_empty() && cwd.starts_with('/')).then(|| PathBuf::from(cwd))
 }
@@ -1188,9 +1202,16 @@ mod tests {
 
     #[test]
     fn hand_over_texts_are_bounded_and_refuse_nul() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = super::super::state::StateRoot::create(parent.path().join("s"), None).unwrap();
+        let state_path = root.path_of("1");
+        let root = Arc::new(root);
         let spec = |command: &str| JobSpec {
             command: command.to_string(),
-            state_dir: PathBuf::from("/dev/shm/s/1"),
+            state: SessionDir {
+                root: root.clone(),
+                name: "1".to_string(),
+            },
             start_dir: PathBuf::from("/home/agent/work space"),
             physical: true,
             identity: None,
@@ -1202,23 +1223,27 @@ mod tests {
             separate_stderr: false,
             env: Vec::new(),
         };
-        let text = hand_over_text(&spec("echo 'hi'")).unwrap();
+        let text = hand_over_text(&spec("echo 'hi'"), EnvKind::Saved).unwrap();
         assert_eq!(
             through_bash(&text, "C.UTF-8"),
             [
                 b"echo 'hi'".to_vec(),
-                b"/dev/shm/s/1".to_vec(),
+                state_path.as_os_str().as_encoded_bytes().to_vec(),
                 b"/home/agent/work space".to_vec(),
                 b"physical".to_vec(),
-                b"m.1".to_vec()
+                b"m.1".to_vec(),
+                b"saved".to_vec()
             ]
         );
-        assert_eq!(hand_over_text(&spec("a\0b")), None);
-        assert!(hand_over_text(&spec(&"x".repeat(MAX_HAND_OVER - 100))).is_some());
-        assert_eq!(hand_over_text(&spec(&"x".repeat(MAX_HAND_OVER))), None);
+        assert_eq!(hand_over_text(&spec("a\0b"), EnvKind::Fresh), None);
+        assert!(hand_over_text(&spec(&"x".repeat(MAX_HAND_OVER - 100)), EnvKind::Fresh).is_some());
+        assert_eq!(
+            hand_over_text(&spec(&"x".repeat(MAX_HAND_OVER)), EnvKind::Fresh),
+            None
+        );
         // Non-ASCII takes four bytes a byte: a quarter of the limit is the most that fits.
         assert_eq!(
-            hand_over_text(&spec(&"\u{e9}".repeat(MAX_HAND_OVER / 6))),
+            hand_over_text(&spec(&"\u{e9}".repeat(MAX_HAND_OVER / 6)), EnvKind::Fresh),
             None
         );
     }

@@ -19,17 +19,18 @@
 //! - [`output`]: the bounded output buffer and its rendering as plain text.
 //! - [`terminal`]: the pseudo-terminal.
 //! - [`procs`]: finding and ending every process a command or terminal started.
+//! - [`state`]: the private directory of session state, reached through a descriptor.
 //! - [`zygote`]: long-lived bashes that fork the ready ones commands run in.
 
 pub mod job;
 pub mod output;
 pub mod procs;
 pub mod session;
+pub mod state;
 pub mod terminal;
 pub mod zygote;
 
 use std::collections::HashMap;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -185,7 +186,7 @@ pub struct Shell {
     detached: Mutex<Vec<procs::JobMark>>,
     identity: OnceLock<Result<Option<Identity>, String>>,
     /// Created on first use.
-    state_root: Mutex<Option<PathBuf>>,
+    state_root: Mutex<Option<Arc<state::StateRoot>>>,
     next_state_dir: AtomicU64,
     closed: AtomicBool,
     /// Random per shell: the first part of every command's marker, so that markers of another
@@ -193,15 +194,21 @@ pub struct Shell {
     marker_prefix: String,
     /// Numbers commands, for their markers.
     next_job: AtomicU64,
-    /// One bash of each environment kind started ahead of the next command (see
-    /// [`job::Prewarmed`]).
+    /// Up to [`READY_PER_KIND`] bashes of each environment kind started ahead of the next
+    /// commands (see [`job::Prewarmed`]), longest waiting first.
     prewarmed: Mutex<Vec<Prewarmed>>,
+    /// Whether a bash of each kind ([`EnvKind::Fresh`] first) is being made for `prewarmed`.
+    refilling: [AtomicBool; 2],
     /// What forks the prewarmed bashes, when it can (else they start from scratch).
     zygotes: zygote::Zygotes,
 }
 
 /// How many detached command session ids are remembered.
 const MAX_DETACHED: usize = 4096;
+/// Bashes of each kind kept waiting for a command: with two, a command that arrives while the
+/// one before it is still being replaced finds one ready (each costs about 0.6 MiB of PSS,
+/// forked from a zygote).
+const READY_PER_KIND: usize = 2;
 /// Longest session or terminal id.
 pub const MAX_ID_LEN: usize = 128;
 
@@ -225,6 +232,7 @@ impl Shell {
             marker_prefix: new_session_id(),
             next_job: AtomicU64::new(1),
             prewarmed: Mutex::new(Vec::new()),
+            refilling: [AtomicBool::new(false), AtomicBool::new(false)],
             zygotes,
         }
     }
@@ -254,10 +262,10 @@ impl Shell {
                 }
             },
         };
-        let state_dir = PathBuf::from(format!(
-            "{}",
-            self.next_state_dir.fetch_add(1, Ordering::Relaxed)
-        ));
+        let state_dir = self
+            .next_state_dir
+            .fetch_add(1, Ordering::Relaxed)
+            .to_string();
         let session = Arc::new(Session::new(
             id.clone(),
             state_dir,
@@ -301,16 +309,24 @@ impl Shell {
         let cwd = state.effective_cwd();
         state.cwd = cwd.clone();
         let start_dir = request.exec_dir.unwrap_or(cwd);
-        let state_dir = state_root.join(&session.state_dir);
-        make_private_dir(&state_dir, identity.as_ref())?;
+        let session_dir = state::SessionDir {
+            root: state_root.clone(),
+            name: session.state_dir.clone(),
+        };
+        state_root
+            .make_private_dir(&session_dir.name, identity.as_ref())
+            .map_err(|source| ShellError::StateDir {
+                path: session_dir.path(),
+                source,
+            })?;
         let physical = !request.preserve_symlinks.unwrap_or(state.preserve_symlinks);
         let ps1 = prompt(identity.as_ref(), &start_dir);
-        let kind = EnvKind::of_state_dir(&state_dir);
+        let kind = EnvKind::of_session(&session_dir);
         let warm = self.take_prewarmed(kind);
         let job = Job::spawn(
             job::JobSpec {
                 command: request.command,
-                state_dir,
+                state: session_dir,
                 start_dir,
                 physical,
                 identity: identity.clone(),
@@ -441,7 +457,7 @@ impl Shell {
             tracing::error!(%error, "ending shell processes panicked");
         }
         if let Some(root) = self.lock_state_root().take() {
-            let _ = std::fs::remove_dir_all(root);
+            let _ = std::fs::remove_dir_all(root.path());
         }
         tracing::info!(sessions = removed.len(), "shell stopped");
     }
@@ -475,7 +491,9 @@ impl Shell {
         match oldest {
             Some((_, id)) => {
                 if let Some(session) = sessions.remove(&id) {
-                    tracing::info!(session = %id, "evicting the least recently used shell session");
+                    // Debug: an `exec` without a session id makes a session each time, so once
+                    // the set is full this happens on every such call.
+                    tracing::debug!(session = %id, "evicting the least recently used shell session");
                     self.detach(&session);
                 }
                 Ok(())
@@ -514,8 +532,17 @@ impl Shell {
         let excess = detached.len().saturating_sub(MAX_DETACHED);
         detached.drain(..excess);
         drop(detached);
-        if let Some(root) = self.lock_state_root().as_ref() {
-            let _ = std::fs::remove_dir_all(root.join(&session.state_dir));
+        if let Some(root) = self.lock_state_root().clone() {
+            // Off the request path: an `exec` without a session id evicts a session each time
+            // once the set is full. (The name is never used again.)
+            let name = session.state_dir.clone();
+            let remove = move || {
+                let _ = root.remove_tree(&name);
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(remove)),
+                Err(_) => remove(),
+            }
         }
     }
 
@@ -555,35 +582,73 @@ impl Shell {
     }
 
     /// The directory holding every session's state directory, created on first use.
+    /// The longest-waiting bash of `kind` (it has finished getting ready), if any.
     fn take_prewarmed(&self, kind: EnvKind) -> Option<Prewarmed> {
         let mut warm = self.lock_prewarmed();
         let at = warm.iter().position(|w| w.kind() == kind)?;
-        Some(warm.swap_remove(at))
+        Some(warm.remove(at))
     }
 
-    /// Starts the next bash of `kind` ahead of time, unless one is waiting already. A failure
-    /// only costs the next command its head start.
-    /// A zygote forks it when it can (see [`zygote`]); else it starts from scratch.
-    fn refill_prewarmed(&self, kind: EnvKind, identity: Option<&Identity>, state_root: &Path) {
-        let mut warm = self.lock_prewarmed();
-        if self.closed.load(Ordering::SeqCst) || warm.iter().any(|w| w.kind() == kind) {
-            return;
-        }
-        let forked = if self.zygotes.enabled() {
-            self.zygotes
-                .ready_bash(kind, identity, state_root)
-                .inspect_err(|error| tracing::debug!(%error, "no forked shell; starting one"))
-                .ok()
-        } else {
-            None
-        };
-        if let Some(forked) = forked {
-            warm.push(forked);
-            return;
-        }
-        match Prewarmed::spawn(kind, identity) {
-            Ok(next) => warm.push(next),
-            Err(error) => tracing::warn!(%error, "cannot start a shell ahead of time"),
+    fn waiting(&self, kind: EnvKind) -> usize {
+        self.lock_prewarmed()
+            .iter()
+            .filter(|w| w.kind() == kind)
+            .count()
+    }
+
+    /// Starts bashes of `kind` ahead of time until [`READY_PER_KIND`] wait. A failure only
+    /// costs the next command its head start.
+    /// A zygote forks them when it can (see [`zygote`]); else they start from scratch.
+    fn refill_prewarmed(
+        &self,
+        kind: EnvKind,
+        identity: Option<&Identity>,
+        state_root: &state::StateRoot,
+    ) {
+        // The list is not locked while a bash is made (a fork and a report, a millisecond or
+        // more): a command arriving meanwhile takes another waiting one. `refilling` keeps two
+        // refills of a kind from racing; a command that took a bash while this one was
+        // finishing is made up for by the check after it.
+        let refilling = &self.refilling[match kind {
+            EnvKind::Fresh => 0,
+            EnvKind::Saved => 1,
+        }];
+        let full = || self.closed.load(Ordering::SeqCst) || self.waiting(kind) >= READY_PER_KIND;
+        while !full() {
+            if refilling.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            // Where a new session's commands start (a stat from `/`: off the request path).
+            let ready_dir = self.default_dir();
+            while !full() {
+                let forked = if self.zygotes.enabled() {
+                    self.zygotes
+                        .ready_bash(kind, identity, state_root, &ready_dir)
+                        .inspect_err(
+                            |error| tracing::debug!(%error, "no forked shell; starting one"),
+                        )
+                        .ok()
+                } else {
+                    None
+                };
+                let next = match forked {
+                    Some(forked) => forked,
+                    None => match Prewarmed::spawn(kind, identity, &ready_dir) {
+                        Ok(next) => next,
+                        Err(error) => {
+                            tracing::warn!(%error, "cannot start a shell ahead of time");
+                            refilling.store(false, Ordering::Release);
+                            return;
+                        }
+                    },
+                };
+                let mut warm = self.lock_prewarmed();
+                // Shut down meanwhile: dropping it ends it.
+                if !self.closed.load(Ordering::SeqCst) {
+                    warm.push(next);
+                }
+            }
+            refilling.store(false, Ordering::Release);
         }
     }
 
@@ -592,19 +657,25 @@ impl Shell {
         self.prewarmed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn state_root(&self, identity: Option<&Identity>) -> Result<PathBuf, ShellError> {
+    /// The state root, created on first use, and anew (with new zygotes, whose working
+    /// directory it is) if a command removed it.
+    fn state_root(&self, identity: Option<&Identity>) -> Result<Arc<state::StateRoot>, ShellError> {
         let mut root = self.lock_state_root();
-        if let Some(root) = root.as_ref() {
+        if let Some(root) = root.as_ref().filter(|root| !root.is_removed()) {
             return Ok(root.clone());
+        }
+        if root.take().is_some() {
+            tracing::warn!("the shell's state directory was removed; making a new one");
+            self.zygotes.clear();
         }
         let base = format!("agentbox-shell-{}", std::process::id());
         for attempt in 0..100u32 {
             let path = self.config.state_parent.join(format!("{base}-{attempt}"));
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {
-                    chown_to(&path, identity)?;
-                    *root = Some(path.clone());
-                    return Ok(path);
+            match state::StateRoot::create(path.clone(), identity) {
+                Ok(created) => {
+                    let created = Arc::new(created);
+                    *root = Some(created.clone());
+                    return Ok(created);
                 }
                 Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(source) => return Err(ShellError::StateDir { path, source }),
@@ -631,14 +702,18 @@ impl Shell {
         self.detached.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_state_root(&self) -> MutexGuard<'_, Option<PathBuf>> {
+    fn lock_state_root(&self) -> MutexGuard<'_, Option<Arc<state::StateRoot>>> {
         // A plain value: consistent even if poisoned.
         self.state_root.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// Ends a removed session's command and background processes and deletes its state.
-async fn close_session(session: Arc<Session>, grace: Duration, state_root: Option<PathBuf>) {
+async fn close_session(
+    session: Arc<Session>,
+    grace: Duration,
+    state_root: Option<Arc<state::StateRoot>>,
+) {
     let (job, jobs) = {
         let mut state = session.lock();
         state.closed = true;
@@ -652,36 +727,8 @@ async fn close_session(session: Arc<Session>, grace: Duration, state_root: Optio
         tracing::error!(%error, "ending a shell session's processes panicked");
     }
     if let Some(root) = state_root {
-        let _ = std::fs::remove_dir_all(root.join(&session.state_dir));
+        let _ = root.remove_tree(&session.state_dir);
     }
-}
-
-/// Creates `path` (mode 0700) if missing, owned by `identity`.
-fn make_private_dir(path: &Path, identity: Option<&Identity>) -> Result<(), ShellError> {
-    if path.is_dir() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(|source| ShellError::StateDir {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    chown_to(path, identity)
-}
-
-fn chown_to(path: &Path, identity: Option<&Identity>) -> Result<(), ShellError> {
-    let Some(identity) = identity else {
-        return Ok(());
-    };
-    std::os::unix::fs::chown(path, Some(identity.uid), Some(identity.gid)).map_err(|source| {
-        ShellError::StateDir {
-            path: path.to_path_buf(),
-            source,
-        }
-    })
 }
 
 /// `user@host:dir$ `, with the home directory shown as `~`.

@@ -19,7 +19,7 @@ pub struct Session {
     pub id: String,
     pub created_at: SystemTime,
     /// Where the wrapper saves the environment and working directory between commands.
-    pub(super) state_dir: PathBuf,
+    pub(super) state_dir: String,
     state: Mutex<SessionState>,
 }
 
@@ -87,7 +87,7 @@ impl SessionState {
 impl Session {
     pub(super) fn new(
         id: String,
-        state_dir: PathBuf,
+        state_dir: String,
         cwd: PathBuf,
         preserve_symlinks: bool,
         no_change_timeout: Duration,

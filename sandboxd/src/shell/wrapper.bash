@@ -1,10 +1,12 @@
 # Runs one command of a shell session and saves the session's state for the next one.
-# Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical MARKER [VAR...]
-# or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command (or forked by a
-# zygote, below) and then handed the same five values on fd 3 as one text: five words in bash's
-# ANSI-C quoting ($'...', printable ASCII only, see `job::hand_over_text`), ended by sandboxd
-# closing the pipe. MARKER is exported as AGENTBOX_SHELL_JOB, so that sandboxd finds every
-# program the command starts (see procs.rs).
+# Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical MARKER
+# saved|fresh [VAR...]
+# or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command READY_DIR (or
+# forked by a zygote, below) and then handed the same six values on fd 3 as one text: six words
+# in bash's ANSI-C quoting ($'...', printable ASCII only, see `job::hand_over_text`), ended by
+# sandboxd closing the pipe. MARKER is exported as AGENTBOX_SHELL_JOB, so that sandboxd finds
+# every program the command starts (see procs.rs). `saved` means the session has a saved
+# environment (STATE_DIR/env) to restore; `fresh`, that it has none.
 # COMMAND arrives as data ($1) and is only ever given to `eval`, exactly as typed at a prompt.
 # Everything here uses `builtin` (and `[[`, a keyword) so that functions the user defines cannot
 # change its meaning.
@@ -15,18 +17,35 @@
 # and a few short top-level lines. Two steps stay at the top level, outside any function:
 # sourcing the saved environment and the command itself, because `declare` inside a function
 # makes locals.
+#
+# Paths: on a Docker host whose storage driver is fuse-overlayfs, every lookup of a path from `/`
+# is a round trip to the FUSE daemon (about 65 us; a relative lookup takes 3). So nothing here
+# opens /dev/null (stderr is closed instead, `2>&-`, first among the redirections), the saved
+# environment is read only when there is one, and a bash started ahead of time goes to the
+# directory most commands start in (READY_DIR) while it waits, so that a command starting there
+# costs one lookup instead of `cd -P`'s seven.
 
 # Every variable name, without forking (`compgen -v` would need a subshell): each `${!X@}`
 # lists the names starting with X.
 __agentbox_names() { __agentbox_list=" ${!a@} ${!b@} ${!c@} ${!d@} ${!e@} ${!f@} ${!g@} ${!h@} ${!i@} ${!j@} ${!k@} ${!l@} ${!m@} ${!n@} ${!o@} ${!p@} ${!q@} ${!r@} ${!s@} ${!t@} ${!u@} ${!v@} ${!w@} ${!x@} ${!y@} ${!z@} ${!A@} ${!B@} ${!C@} ${!D@} ${!E@} ${!F@} ${!G@} ${!H@} ${!I@} ${!J@} ${!K@} ${!L@} ${!M@} ${!N@} ${!O@} ${!P@} ${!Q@} ${!R@} ${!S@} ${!T@} ${!U@} ${!V@} ${!W@} ${!X@} ${!Y@} ${!Z@} ${!_@} "; }
 
-# Variables every fresh bash has (including the inherited environment): never saved.
+# Variables every fresh bash has (including the inherited environment): never saved. Saving
+# unsets the ones it can at once (a readonly or special variable refuses with a message, and
+# bash's first message makes it look for its translations on disk).
 __agentbox_names
 builtin declare -A __agentbox_fresh
-for __agentbox_name in $__agentbox_list; do __agentbox_fresh[$__agentbox_name]=1; done
+builtin declare -a __agentbox_unsettable
+__agentbox_unsettable=()
+for __agentbox_name in $__agentbox_list; do
+  __agentbox_fresh[$__agentbox_name]=1
+  case $__agentbox_name in
+    BASH_ARGC | BASH_ARGV | BASH_LINENO | BASH_SOURCE) ;;
+    *) [[ ${!__agentbox_name@a} == *r* ]] || __agentbox_unsettable+=("$__agentbox_name") ;;
+  esac
+done
 builtin unset __agentbox_name __agentbox_list
 
-# The first steps once the five values are $1..$5.
+# The first steps once the six values are $1..$6.
 __agentbox_prepare() {
   # SIGINT (the bash API's `kill` with SIGINT, like Ctrl-C) ends the command with status 130, as
   # at a prompt; without this trap bash would die of the signal after the exit trap had already
@@ -39,31 +58,45 @@ __agentbox_prepare() {
   __agentbox_marker=$5
 }
 
+# Whether the session has a saved environment to restore (sourced at the top level, below).
+__agentbox_has_saved_env() { [[ $6 = saved ]]; }
+
 # After the saved environment (which holds the previous command's marker): this command's
 # marker, its directory, its own variables and the exit trap. Called with the command's
 # arguments.
 __agentbox_enter() {
   builtin export AGENTBOX_SHELL_JOB="$5"
   __agentbox_oldpwd=${OLDPWD-}
-  if [[ $__agentbox_mode = physical ]]; then
-    # Symlinks in paths are resolved: `cd link; pwd` shows where it really is.
-    builtin set -o physical
+  # Symlinks in paths are resolved: `cd link; pwd` shows where it really is.
+  [[ $__agentbox_mode = physical ]] && builtin set -o physical
+  if [[ -n ${__agentbox_ready_dir-} && $3 == "$__agentbox_ready_dir" && . -ef $3 ]]; then
+    # Already there (see --wait-for-command below), and READY_DIR is what `cd -P` made PWD:
+    # `cd` would land in this directory with this PWD. (PWD is set again: the saved
+    # environment holds the session's last one.)
+    PWD=$3
+  elif [[ $__agentbox_mode = physical ]]; then
     builtin cd -P -- "$3" || builtin exit 1
   else
     builtin cd -L -- "$3" || builtin exit 1
   fi
-  if [[ -n $__agentbox_oldpwd ]]; then OLDPWD=$__agentbox_oldpwd; fi
-  builtin unset __agentbox_oldpwd
+  # A session's first command finds OLDPWD as a fresh bash has it: exported, without a value.
+  if [[ -n $__agentbox_oldpwd ]]; then
+    OLDPWD=$__agentbox_oldpwd
+  else
+    builtin unset OLDPWD
+    builtin export OLDPWD
+  fi
+  builtin unset __agentbox_oldpwd __agentbox_ready_dir
 
-  # Variables for this command only (the bash pipe API's `env`): after the five values, each
+  # Variables for this command only (the bash pipe API's `env`): after the six values, each
   # VAR is NAME=VALUE (set and export) or NAME (unset); sandboxd checked that every NAME is an
   # identifier. The exit trap puts the previous values back before the session is saved.
   __agentbox_env_names=() __agentbox_env_prev=()
-  for __agentbox_e in "${@:6}"; do
+  for __agentbox_e in "${@:7}"; do
     __agentbox_n=${__agentbox_e%%=*}
     __agentbox_env_names+=("$__agentbox_n")
     if [[ -v $__agentbox_n ]]; then
-      __agentbox_env_prev+=("$(builtin declare -p -- "$__agentbox_n" 2>/dev/null)")
+      __agentbox_env_prev+=("$(builtin declare -p -- "$__agentbox_n" 2>&-)")
     else
       __agentbox_env_prev+=("")
     fi
@@ -77,7 +110,7 @@ __agentbox_enter() {
 
   # `set +x` first, with its own trace silenced, so a command that enabled tracing does not trace
   # the report and the saving.
-  builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>/dev/null; __agentbox_done; __agentbox_restore; __agentbox_save "$__agentbox_state" "$__agentbox_mode" "$__agentbox_status"' EXIT
+  builtin trap '{ __agentbox_status=$?; builtin set +o xtrace +o errexit +o nounset; } 2>&-; __agentbox_done; __agentbox_restore; __agentbox_save "$__agentbox_state" "$__agentbox_mode" "$__agentbox_status"' EXIT
 }
 
 # Reports the end of the command to sandboxd, before the slower saving: the marker, the exit
@@ -88,13 +121,13 @@ __agentbox_enter() {
 # write.
 __agentbox_done() {
   if [[ $__agentbox_mode = physical ]]; then
-    builtin printf '%s\0%s\0\0' "$__agentbox_marker" "$__agentbox_status" 1<>"$__agentbox_state/done" 2>/dev/null
+    builtin printf '%s\0%s\0\0' "$__agentbox_marker" "$__agentbox_status" 2>&- 1<>"$__agentbox_state/done"
   else
     {
       builtin printf '%s\0%s\0' "$__agentbox_marker" "$__agentbox_status"
       builtin pwd -L
       builtin printf '\0'
-    } 1<>"$__agentbox_state/done" 2>/dev/null
+    } 2>&- 1<>"$__agentbox_state/done"
   fi
 }
 
@@ -102,9 +135,9 @@ __agentbox_done() {
 __agentbox_restore() {
   builtin local __agentbox_i
   for __agentbox_i in "${!__agentbox_env_names[@]}"; do
-    builtin unset -- "${__agentbox_env_names[__agentbox_i]}" 2>/dev/null
+    builtin unset -- "${__agentbox_env_names[__agentbox_i]}" 2>&-
     if [[ -n ${__agentbox_env_prev[__agentbox_i]} ]]; then
-      builtin eval -- "${__agentbox_env_prev[__agentbox_i]/#declare /declare -g }" 2>/dev/null
+      builtin eval -- "${__agentbox_env_prev[__agentbox_i]/#declare /declare -g }" 2>&-
     fi
   done
 }
@@ -126,8 +159,8 @@ __agentbox_save() {
   fi
   {
     builtin export -p
-    builtin unset -n -- "${!__agentbox_fresh[@]}"
-    builtin unset -v -- "${!__agentbox_fresh[@]}"
+    builtin unset -n -- "${__agentbox_unsettable[@]}"
+    builtin unset -v -- "${__agentbox_unsettable[@]}"
     builtin local IFS=$' \t\n' __agentbox_name
     builtin local -a __agentbox_keep
     __agentbox_names
@@ -140,26 +173,26 @@ __agentbox_save() {
     done
     # The wrapper's own functions are defined anew by the next command's wrapper. (bash runs a
     # copy of a function's body, so this one may unset itself.)
-    builtin unset -f __agentbox_names __agentbox_prepare __agentbox_enter __agentbox_done __agentbox_restore __agentbox_save
+    builtin unset -f __agentbox_names __agentbox_prepare __agentbox_has_saved_env __agentbox_enter __agentbox_done __agentbox_restore __agentbox_save
     if [[ ${#__agentbox_keep[@]} -gt 0 ]]; then
       builtin declare -p -- "${__agentbox_keep[@]}"
     fi
     builtin declare -f
-  } >"$1/env.next" 2>/dev/null
+  } >"$1/env.next" 2>&-
   builtin exit "$3"
 }
 
 # A zygote (see zygote.rs), started in the shell's state root as: bash -c "<this script>" bash
 # --zygote BUILTIN_SO. It reads requests on fd 0, each the name of a directory in its working
-# directory holding three FIFOs (args, in, out), NUL-terminated, and forks (the agentbox_fork
-# builtin) a new bash per request, which opens the FIFOs by that relative name (no lookup from
-# `/`) as its fd 3, stdin and stdout/stderr, reports DIR and its pid on fd 1 (each
-# NUL-terminated; DIR and "-" if the fork failed), and goes on below as a bash waiting for its
-# command.
+# directory holding three FIFOs (args, in, out) and a READY_DIR, both NUL-terminated, and forks
+# (the agentbox_fork builtin) a new bash per request, which opens the FIFOs by that relative
+# name (no lookup from `/`) as its fd 3, stdin and stdout/stderr, reports DIR and its pid on fd
+# 1 (each NUL-terminated; DIR and "-" if the fork failed), and goes on below as a bash waiting
+# for its command in READY_DIR.
 if [[ $# -eq 2 && $1 = --zygote ]]; then
   builtin enable -f "$2" agentbox_fork || builtin exit 1
   __agentbox_zygote=$$
-  while IFS= builtin read -r -d '' __agentbox_dir; do
+  while IFS= builtin read -r -d '' __agentbox_dir && IFS= builtin read -r -d '' __agentbox_ready_dir; do
     if ! agentbox_fork; then
       builtin printf '%s\0-\0' "$__agentbox_dir"
       continue
@@ -173,27 +206,34 @@ if [[ $# -eq 2 && $1 = --zygote ]]; then
       exec 1>&4 2>&4 4>&-
       # Commands do not get the builtin.
       builtin enable -n agentbox_fork
-      builtin unset __agentbox_dir __agentbox_zygote
-      builtin set -- --wait-for-command
+      builtin set -- --wait-for-command "$__agentbox_ready_dir"
+      builtin unset __agentbox_dir __agentbox_ready_dir __agentbox_zygote
       break
     fi
   done
   # The zygote itself ends when sandboxd closes its fd 0.
   [[ $1 = --wait-for-command ]] || builtin exit 0
 fi
-if [[ $# -eq 1 && $1 = --wait-for-command ]]; then
+if [[ $# -eq 2 && $1 = --wait-for-command ]]; then
+  # Waits in READY_DIR: `__agentbox_enter` skips its `cd` when the command starts there. `cd -P`
+  # makes PWD what a command's `cd -P` would.
+  if [[ -n $2 ]] && builtin cd -P -- "$2" 2>&-; then
+    __agentbox_ready_dir=$PWD
+    builtin unset OLDPWD
+    builtin export OLDPWD
+  fi
   # One read takes the whole text (`read -N` reads a pipe in blocks; it returns 1 at the end of
   # the text, which is expected). An empty text: sandboxd closed fd 3 without a command (it is
   # stopping), so this bash ends quietly.
   IFS= builtin read -r -N 1048576 __agentbox_args <&3
   exec 3<&- # plain `exec`, as above: the command does not inherit the hand-over pipe
   [[ -n $__agentbox_args ]] || builtin exit 0
-  builtin eval "builtin set -- $__agentbox_args" 2>/dev/null && [[ $# -eq 5 ]] || builtin exit 2
+  builtin eval "builtin set -- $__agentbox_args" 2>&- && [[ $# -eq 6 ]] || builtin exit 2
   builtin unset __agentbox_args
 fi
 __agentbox_prepare "$@"
-if [[ -s $__agentbox_state/env ]]; then
-  builtin . "$__agentbox_state/env" 2>/dev/null
+if __agentbox_has_saved_env "$@"; then
+  builtin . "$__agentbox_state/env" 2>&-
 fi
 __agentbox_enter "$@"
 builtin eval -- "$1"

@@ -11,7 +11,10 @@
 //! its exit status like any child it spawned. A fork costs about half a millisecond.
 //!
 //! The new bash gets its pipes through three FIFOs in a fresh directory of the shell's private
-//! state root: `args` (its fd 3), `in` (stdin) and `out` (stdout and stderr). sandboxd opens its
+//! state root: `args` (its fd 3), `in` (stdin) and `out` (stdout and stderr). The zygote runs in
+//! the state root and is sent the directory's name, so the new bash opens them by relative
+//! paths, as sandboxd makes and opens them through its descriptor of the root (see `state`: no
+//! lookup from `/`, which costs a FUSE round trip on fuse-overlayfs). sandboxd opens its
 //! ends first (read-write for `args` and `in`, so the child's opens never block; read-only,
 //! non-blocking for `out`), sends the directory's path, and once the child has reported its pid
 //! on the zygote's stdout reopens `args` and `in` write-only and drops the read-write handles,
@@ -25,10 +28,9 @@
 //! user could signal anyway. Without the builtin (or when sandboxd does not reap orphans) every
 //! ready bash is started from scratch, as before.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -36,11 +38,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::OFlag;
 use supervisor::process::Identity;
 use supervisor::reaper::{ReapScope, reaper};
 use tokio::net::unix::pipe;
 
 use super::job::{BASH, EnvKind, Prewarmed, WRAPPER, apply_environment};
+use super::state::StateRoot;
 
 /// The builtin's file name (what `cargo build -p bash-fork` produces).
 const BUILTIN_FILE: &str = "libbash_fork.so";
@@ -120,27 +124,26 @@ impl Zygotes {
         self.builtin.is_some() && self.start_failures.load(Ordering::Relaxed) < MAX_START_FAILURES
     }
 
-    /// A ready bash of `kind` forked by its zygote (started first if needed), its FIFOs in a
-    /// new directory under `state_root`. Must be called within the Tokio runtime, off its
-    /// worker threads (it blocks for up to [`REPORT_TIMEOUT`]).
+    /// A ready bash of `kind` forked by its zygote (started first if needed, in `state_root`),
+    /// its FIFOs in a new directory there, waiting in `ready_dir` (see `wrapper.bash`). Must be
+    /// called within the Tokio runtime, off its worker threads (it blocks for up to
+    /// [`REPORT_TIMEOUT`]).
     pub fn ready_bash(
         &self,
         kind: EnvKind,
         identity: Option<&Identity>,
-        state_root: &Path,
+        state_root: &StateRoot,
+        ready_dir: &Path,
     ) -> io::Result<Prewarmed> {
         let builtin = self
             .builtin
             .as_deref()
             .filter(|_| self.enabled())
             .ok_or_else(|| io::Error::other("shell zygotes unavailable"))?;
-        let dir = state_root.join(format!(
-            "fork-{}",
-            self.next_dir.fetch_add(1, Ordering::Relaxed)
-        ));
-        let fifos = Fifos::create(&dir, identity)?;
-        let forked = self.fork_in(kind, identity, builtin, &dir, fifos);
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = format!("fork-{}", self.next_dir.fetch_add(1, Ordering::Relaxed));
+        let fifos = Fifos::create(state_root, &dir, identity)?;
+        let forked = self.fork_in(kind, identity, builtin, state_root, fifos, ready_dir);
+        let _ = state_root.remove_tree(&dir);
         forked
     }
 
@@ -156,12 +159,14 @@ impl Zygotes {
         kind: EnvKind,
         identity: Option<&Identity>,
         builtin: &Path,
-        dir: &Path,
-        fifos: Fifos,
+        state_root: &StateRoot,
+        fifos: Fifos<'_>,
+        ready_dir: &Path,
     ) -> io::Result<Prewarmed> {
+        let dir = fifos.dir.as_str();
         let mut slot = lock(&self.slots[slot_of(kind)]);
         let pid = match slot.as_mut() {
-            Some(zygote) => zygote.request(dir),
+            Some(zygote) => zygote.request(dir, ready_dir),
             None => Err(io::Error::other("not started")),
         };
         let pid = match pid {
@@ -172,8 +177,8 @@ impl Zygotes {
                     tracing::info!(%error, "restarting a shell zygote");
                 }
                 *slot = None;
-                let zygote = slot.insert(Zygote::spawn(kind, identity, builtin)?);
-                match zygote.request(dir) {
+                let zygote = slot.insert(Zygote::spawn(kind, identity, builtin, state_root)?);
+                match zygote.request(dir, ready_dir) {
                     Ok(pid) => {
                         self.start_failures.store(0, Ordering::Relaxed);
                         pid
@@ -205,7 +210,12 @@ impl Zygotes {
 }
 
 impl Zygote {
-    fn spawn(kind: EnvKind, identity: Option<&Identity>, builtin: &Path) -> io::Result<Zygote> {
+    fn spawn(
+        kind: EnvKind,
+        identity: Option<&Identity>,
+        builtin: &Path,
+        state_root: &StateRoot,
+    ) -> io::Result<Zygote> {
         let mut command = Command::new(BASH);
         command
             .arg("-c")
@@ -216,7 +226,8 @@ impl Zygote {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .current_dir("/");
+            // Requests name directories here (see the module doc).
+            .current_dir(state_root.path());
         apply_environment(&mut command, kind, identity);
         if let Some(identity) = identity {
             command.uid(identity.uid).gid(identity.gid);
@@ -238,12 +249,19 @@ impl Zygote {
         })
     }
 
-    /// Asks for a bash whose FIFOs are in `dir`; returns its pid once it has reported.
-    fn request(&mut self, dir: &Path) -> io::Result<i32> {
+    /// Asks for a bash whose FIFOs are in `dir` (a name in the zygote's working directory),
+    /// to wait in `ready_dir`; returns its pid once it has reported.
+    fn request(&mut self, dir: &str, ready_dir: &Path) -> io::Result<i32> {
         use std::os::unix::ffi::OsStrExt;
-        let name = dir.as_os_str().as_bytes();
-        let mut request = Vec::with_capacity(name.len() + 1);
+        let name = dir.as_bytes();
+        let ready_dir = ready_dir.as_os_str().as_bytes();
+        if ready_dir.contains(&0) {
+            return Err(io::Error::other("a directory name with a NUL byte"));
+        }
+        let mut request = Vec::with_capacity(name.len() + ready_dir.len() + 2);
         request.extend_from_slice(name);
+        request.push(0);
+        request.extend_from_slice(ready_dir);
         request.push(0);
         self.requests.write_all(&request)?;
         let deadline = Instant::now() + REPORT_TIMEOUT;
@@ -304,45 +322,32 @@ fn take_report(pending: &mut Vec<u8>) -> Option<(Vec<u8>, Vec<u8>)> {
 }
 
 /// sandboxd's ends of a forked bash's three FIFOs.
-struct Fifos {
-    dir: PathBuf,
+struct Fifos<'a> {
+    root: &'a StateRoot,
+    /// Their directory's name in the state root.
+    dir: String,
     /// Read-write until the child has opened its end.
-    args: File,
-    stdin: File,
-    output: File,
+    args: OwnedFd,
+    stdin: OwnedFd,
+    output: OwnedFd,
 }
 
-impl Fifos {
-    fn create(dir: &Path, identity: Option<&Identity>) -> io::Result<Fifos> {
-        std::fs::DirBuilder::new().mode(0o700).create(dir)?;
-        let mode = nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR;
+impl<'a> Fifos<'a> {
+    fn create(
+        root: &'a StateRoot,
+        dir: &str,
+        identity: Option<&Identity>,
+    ) -> io::Result<Fifos<'a>> {
+        root.make_private_dir(dir, identity)?;
         for name in ["args", "in", "out"] {
-            nix::unistd::mkfifo(&dir.join(name), mode)?;
+            root.make_fifo(&format!("{dir}/{name}"), identity)?;
         }
-        if let Some(identity) = identity {
-            for path in [
-                dir.to_path_buf(),
-                dir.join("args"),
-                dir.join("in"),
-                dir.join("out"),
-            ] {
-                std::os::unix::fs::chown(&path, Some(identity.uid), Some(identity.gid))?;
-            }
-        }
-        let read_write = |name: &str| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(dir.join(name))
-        };
         Ok(Fifos {
-            dir: dir.to_path_buf(),
-            args: read_write("args")?,
-            stdin: read_write("in")?,
-            output: OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::libc::O_NONBLOCK)
-                .open(dir.join("out"))?,
+            root,
+            dir: dir.to_string(),
+            args: root.open(&format!("{dir}/args"), OFlag::O_RDWR)?,
+            stdin: root.open(&format!("{dir}/in"), OFlag::O_RDWR)?,
+            output: root.open(&format!("{dir}/out"), OFlag::O_RDONLY | OFlag::O_NONBLOCK)?,
         })
     }
 
@@ -355,19 +360,21 @@ impl Fifos {
         exit: tokio::sync::oneshot::Receiver<supervisor::ExitStatus>,
     ) -> io::Result<Prewarmed> {
         // The child has the read ends open, so these opens do not block.
-        let args = OpenOptions::new().write(true).open(self.dir.join("args"))?;
-        let stdin = OpenOptions::new()
-            .write(true)
-            .custom_flags(nix::libc::O_NONBLOCK)
-            .open(self.dir.join("in"))?;
+        let args = self
+            .root
+            .open(&format!("{}/args", self.dir), OFlag::O_WRONLY)?;
+        let stdin = self.root.open(
+            &format!("{}/in", self.dir),
+            OFlag::O_WRONLY | OFlag::O_NONBLOCK,
+        )?;
         drop(self.args);
         drop(self.stdin);
         Ok(Prewarmed::from_parts(
             kind,
             pid,
-            args,
-            Some(pipe::Sender::from_file(stdin)?),
-            pipe::Receiver::from_file(self.output)?,
+            File::from(args),
+            Some(pipe::Sender::from_owned_fd(stdin)?),
+            pipe::Receiver::from_owned_fd(self.output)?,
             exit,
         ))
     }
