@@ -7,6 +7,8 @@
 # Offline, the base is `debootstrap --variant=minbase bookworm` plus ca-certificates and iptables
 # (the egress rules that keep sandboxes off the host and private networks), imported
 # with `docker import` and tagged by a hash of this script, so a re-run finds it at once.
+#
+# AGENTBOX_CARGO_TARGETS (default "-p orchestrator") is what cargo builds; see images/build.sh.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +18,8 @@ log() { printf '[build-orchestrator] %s\n' "$*" >&2; }
 
 start=$(date +%s)
 log "compiling the orchestrator (release)"
-cargo build --release --locked -p orchestrator --manifest-path "$root/Cargo.toml" >&2
+read -r -a targets <<<"${AGENTBOX_CARGO_TARGETS:--p orchestrator}"
+cargo build --release --locked "${targets[@]}" --manifest-path "$root/Cargo.toml" >&2
 
 if [ -n "${BASE_IMAGE:-}" ]; then
   base=$BASE_IMAGE

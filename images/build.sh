@@ -9,6 +9,10 @@
 #
 # Incremental: the base image is tagged by a hash of its inputs and reused; cargo and the Docker
 # layer cache skip unchanged steps, so a re-run with unchanged inputs takes seconds.
+#
+# AGENTBOX_CARGO_TARGETS (default "-p sandboxd -p bash-fork") is what cargo builds: a caller that
+# builds more of the workspace passes its own selection, so that cargo resolves the same
+# features and reuses that build instead of compiling the dependencies a second time.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,7 +21,8 @@ log() { printf '[build] %s\n' "$*" >&2; }
 
 start=$(date +%s)
 log "compiling sandboxd and its bash builtin (release)"
-cargo build --release --locked -p sandboxd -p bash-fork --manifest-path "$root/Cargo.toml" >&2
+read -r -a targets <<<"${AGENTBOX_CARGO_TARGETS:--p sandboxd -p bash-fork}"
+cargo build --release --locked "${targets[@]}" --manifest-path "$root/Cargo.toml" >&2
 
 if [ -n "${BASE_IMAGE:-}" ]; then
   base=$BASE_IMAGE

@@ -57,6 +57,14 @@ nextest() {
   [ "$status" = 0 ]
 }
 
+# Runs a benchmark harness from the workspace build (`cargo run -p agentbox-bench` would resolve
+# features for that package alone and compile again).
+bench() { # name args...
+  local name=$1
+  shift
+  "$root/target/release/$name" "$@"
+}
+
 # A virtualenv with the Python test clients, cached outside the clone by requirements hash.
 python_env() {
   local hash
@@ -167,6 +175,11 @@ main() {
   disk_report start
   step "cargo fmt --check" cargo fmt --all -- --check
   step "cargo clippy" cargo clippy --locked --workspace --all-targets --release -- -D warnings
+  # One build of everything, with one feature resolution: the images, the tests and the
+  # benchmark harnesses all use it (cargo resolves features per selection, and each narrower
+  # selection would compile most dependencies again: ~7 minutes apiece on 2 cores).
+  export AGENTBOX_CARGO_TARGETS="--workspace --all-targets"
+  step "cargo build (release, the whole workspace)" cargo build --locked --release --workspace --all-targets
   step "build the sandbox image" images/build.sh
   # Both images are built while the disk is at its emptiest: the last steps of a run found
   # none left once (the tests' release binaries and containers' layers take their share).
@@ -177,24 +190,24 @@ main() {
   pytests
   disk_report "after the tests"
   step "benchmark harness smoke run (startup, 1 iteration)" \
-    cargo run --locked --release -q -p agentbox-bench --bin startup -- --iterations 1
+    bench startup --iterations 1
   step "benchmark harness smoke run (capabilities, 2 iterations)" \
-    cargo run --locked --release -q -p agentbox-bench --bin capabilities -- --iterations 2
+    bench capabilities --iterations 2
   step "benchmark harness smoke run (shell exec, 2 iterations)" \
-    cargo run --locked --release -q -p agentbox-bench --bin shell-exec -- --iterations 2 --rounds 1
+    bench shell-exec --iterations 2 --rounds 1
   step "benchmark harness smoke run (file watch, 2 iterations)" \
-    cargo run --locked --release -q -p agentbox-bench --bin file-watch -- --iterations 2
+    bench file-watch --iterations 2
   step "benchmark harness smoke run (code execution, 10 iterations)" \
-    cargo run --locked --release -q -p agentbox-bench --bin code-exec -- --iterations 10
+    bench code-exec --iterations 10
   step "benchmark harness smoke run (memory, 1 sandbox)" \
-    cargo run --locked --release -q -p agentbox-bench --bin memory -- --settle-secs 2
+    bench memory --settle-secs 2
   step "compose.yaml is valid" docker-compose config -q
   step "benchmark harness smoke run (orchestrator)" \
-    cargo run --locked --release -q -p agentbox-bench --bin orchestrator-bench -- \
+    bench orchestrator-bench \
     --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
 
   step "benchmark harness smoke run (run steps, 1 iteration)" \
-    cargo run --locked --release -q -p agentbox-bench --bin run-steps -- --iterations 1
+    bench run-steps --iterations 1
 
   disk_report end
   log "finished in $(( $(date +%s) - started )) s"

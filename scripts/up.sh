@@ -21,9 +21,13 @@ ensure_command curl curl
 # sandboxd compiles libjpeg-turbo (its JPEG encoder) from source: cmake, and nasm for SIMD.
 ensure_command cmake cmake
 ensure_command nasm nasm
+# One selection for both builds: cargo resolves features per selection, so building sandboxd
+# and the orchestrator apart would compile most dependencies twice.
+export AGENTBOX_CARGO_TARGETS=${AGENTBOX_CARGO_TARGETS:--p sandboxd -p bash-fork -p orchestrator}
 "$root/images/build.sh"
 log "building the orchestrator"
-cargo build --release --locked -p orchestrator --manifest-path "$root/Cargo.toml"
+read -r -a targets <<<"$AGENTBOX_CARGO_TARGETS"
+cargo build --release --locked "${targets[@]}" --manifest-path "$root/Cargo.toml"
 orchestrator="$root/target/release/orchestrator"
 
 mkdir -p "$data"
