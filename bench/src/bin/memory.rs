@@ -12,6 +12,11 @@
 //! - the figure `docker stats` shows (usage minus inactive file cache), computed from the cgroup
 //!   and as the CLI prints it, and with several sandboxes the median over all of them.
 //!
+//! It does so twice in one run: for the image as it is (x11vnc starts when the first viewer
+//! connects) and, as the baseline, for the same image with x11vnc started at boot (its programs
+//! file bind-mounted with `autostart = true`), the program set before programs started on first
+//! use.
+//!
 //! The processes are read from the host, not through `docker exec`: sandboxd is non-dumpable and
 //! the container has no capabilities, so inside it nobody may read PID 1's memory maps. Run it
 //! as root (as scripts/test.sh does); an unreadable process is listed with no figures.
@@ -32,6 +37,8 @@ const KEY: &str = "bench-memory-key";
 /// The sandboxes get 172.31.250.<FIRST_HOST + i> on the benchmark network.
 const FIRST_HOST: usize = 100;
 const MIB: f64 = 1024.0 * 1024.0;
+/// Where sandboxd reads its programs in the image.
+const PROGRAMS_FILE: &str = "/etc/sandboxd/programs.toml";
 
 /// The containers this run started, removed on drop (also when the run fails half-way).
 struct Sandboxes {
@@ -72,6 +79,25 @@ struct Process {
     usage: Option<Usage>,
 }
 
+/// What the sandboxes of one measurement run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ProgramSet {
+    /// The image as it is: x11vnc starts when the first viewer connects.
+    VncOnDemand,
+    /// The baseline: the same image with x11vnc started at boot, as every program was before
+    /// programs started on first use (its programs file bind-mounted with `autostart = true`).
+    VncAtBoot,
+}
+
+impl ProgramSet {
+    fn label(self) -> &'static str {
+        match self {
+            ProgramSet::VncOnDemand => "x11vnc on first viewer (the image)",
+            ProgramSet::VncAtBoot => "x11vnc at boot (baseline)",
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let image: String = arg("--image", "agentbox/sandbox:latest".to_string());
@@ -82,15 +108,76 @@ async fn main() -> anyhow::Result<()> {
     }
     let env = repeated("--env");
     ensure_network()?;
-    println!(
-        "idle memory: image {image}, {running} sandbox(es) running, measured {settle} s after the last /readyz"
-    );
-    for e in &env {
-        println!("  with -e {e}");
+    let at_boot = programs_with_vnc_at_boot(&image)?;
+    let mut medians = Vec::new();
+    for set in [ProgramSet::VncOnDemand, ProgramSet::VncAtBoot] {
+        println!(
+            "idle memory: image {image}, {}, {running} sandbox(es) running, measured {settle} s after the last /readyz",
+            set.label()
+        );
+        for e in &env {
+            println!("  with -e {e}");
+        }
+        let median = measure(&image, set, running, settle, &env, at_boot.path()).await?;
+        medians.push((set, median));
+        println!();
     }
+    for (set, median) in &medians {
+        println!(
+            "docker stats median per sandbox, {}: {median:.1} MiB",
+            set.label()
+        );
+    }
+    if let [(_, image_median), (_, baseline)] = medians[..] {
+        println!(
+            "idle memory per sandbox: median {image_median:.1} MiB (goal <= 150) vs {baseline:.1} MiB with x11vnc at boot ({:.2}x)",
+            image_median / baseline
+        );
+    }
+    Ok(())
+}
 
+/// The image's programs file with x11vnc's `autostart = false` made true, in a temporary file.
+fn programs_with_vnc_at_boot(image: &str) -> anyhow::Result<tempfile::NamedTempFile> {
+    let programs = docker(&["run", "--rm", "--entrypoint", "cat", image, PROGRAMS_FILE])?;
+    let section = programs
+        .find("name = \"x11vnc\"")
+        .context("no x11vnc program in the image's programs file")?;
+    let end = programs[section..]
+        .find("[[program]]")
+        .map_or(programs.len(), |at| section + at);
+    let flag = programs[section..end]
+        .find("autostart = false")
+        .map(|at| section + at)
+        .context("x11vnc is not started on demand in the image's programs file")?;
+    let changed = format!(
+        "{}autostart = true{}",
+        &programs[..flag],
+        &programs[flag + "autostart = false".len()..]
+    );
+    let mut file = tempfile::NamedTempFile::new()?;
+    std::io::Write::write_all(&mut file, changed.as_bytes())?;
+    // Mounted read-only into the container, where sandboxd reads it.
+    std::fs::set_permissions(
+        file.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )?;
+    Ok(file)
+}
+
+/// Starts `running` sandboxes of `set`, waits for them and `settle` seconds, prints the first
+/// one's processes and cgroup, and returns the median of `docker stats`' figure over all.
+async fn measure(
+    image: &str,
+    set: ProgramSet,
+    running: usize,
+    settle: u64,
+    env: &[String],
+    at_boot: &Path,
+) -> anyhow::Result<f64> {
     let mut sandboxes = Sandboxes { names: Vec::new() };
     let mut ips = Vec::new();
+    let mount = format!("{}:{PROGRAMS_FILE}:ro", at_boot.display());
     for i in 0..running {
         let name = format!("agentbox-bench-memory-{}-{i}", std::process::id());
         let ip = format!("172.31.250.{}", FIRST_HOST + i);
@@ -109,10 +196,13 @@ async fn main() -> anyhow::Result<()> {
             &key,
         ];
         args.extend(SANDBOX_LIMITS);
-        for e in &env {
+        for e in env {
             args.extend(["-e", e.as_str()]);
         }
-        args.push(&image);
+        if set == ProgramSet::VncAtBoot {
+            args.extend(["-v", mount.as_str()]);
+        }
+        args.push(image);
         docker(&args)?;
         sandboxes.names.push(name);
         ips.push(ip);
@@ -132,6 +222,14 @@ async fn main() -> anyhow::Result<()> {
         .context("the container's PID")?;
     let cgroup = memory_cgroup(pid)?;
     let processes = processes(&cgroup)?;
+    let vnc_running = processes.iter().any(|p| p.program == "x11vnc");
+    if vnc_running != (set == ProgramSet::VncAtBoot) {
+        bail!(
+            "{}: x11vnc is {}running",
+            set.label(),
+            if vnc_running { "" } else { "not " }
+        );
+    }
     print_processes(&processes);
     let docker_figure = print_cgroup(&cgroup)?;
 
@@ -157,17 +255,17 @@ async fn main() -> anyhow::Result<()> {
         "docker stats (usage - inactive file): {docker_figure:.1} MiB from the cgroup, {first_cli:.1} MiB as the CLI prints it"
     );
     per_sandbox.sort_by(|a, b| a.1.total_cmp(&b.1));
-    if let (Some(min), Some(max)) = (per_sandbox.first(), per_sandbox.last()) {
-        let mid = &per_sandbox[per_sandbox.len() / 2];
-        println!(
-            "docker stats over {} sandboxes: median {:.1} MiB, min {:.1}, max {:.1} (goal <= 150)",
-            per_sandbox.len(),
-            mid.1,
-            min.1,
-            max.1
-        );
-    }
-    Ok(())
+    let (Some(min), Some(max)) = (per_sandbox.first(), per_sandbox.last()) else {
+        bail!("docker stats listed none of the sandboxes");
+    };
+    let median = per_sandbox[per_sandbox.len() / 2].1;
+    println!(
+        "docker stats over {} sandboxes: median {median:.1} MiB, min {:.1}, max {:.1}",
+        per_sandbox.len(),
+        min.1,
+        max.1
+    );
+    Ok(median)
 }
 
 /// Every value of a repeatable `--name value` argument.
