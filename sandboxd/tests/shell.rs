@@ -814,15 +814,33 @@ async fn next_json(socket: &mut Socket) -> Value {
 }
 
 /// Reads output messages until their text contains `needle`; returns all output read.
+/// The terminal's output up to `needle`. Bounded as a whole (the server's pings would keep a
+/// per-message timeout from ever firing), and a failure shows what did arrive.
 async fn output_until(socket: &mut Socket, needle: &str) -> String {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     let mut seen = String::new();
     while !seen.contains(needle) {
-        let message = next_json(socket).await;
+        let message = tokio::time::timeout_at(deadline, next_json(socket))
+            .await
+            .unwrap_or_else(|_| panic!("no {needle:?} in time; the terminal printed {seen:?}"));
         if message["type"] == "output" {
             seen.push_str(message["data"].as_str().unwrap());
         }
     }
     seen
+}
+
+/// The next message of `kind`, skipping others (output, pings), within [`PATIENCE`].
+async fn message_of_type(socket: &mut Socket, kind: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let message = tokio::time::timeout_at(deadline, next_json(socket))
+            .await
+            .unwrap_or_else(|_| panic!("no {kind:?} message in time"));
+        if message["type"] == kind {
+            return message;
+        }
+    }
 }
 
 async fn send_json(socket: &mut Socket, value: Value) {
@@ -888,13 +906,8 @@ async fn the_terminal_is_a_real_pty_that_ends_with_its_socket() {
         json!({"type": "resize", "data": {"cols": 0, "rows": 40}}),
     )
     .await;
-    loop {
-        let message = next_json(&mut socket).await;
-        if message["type"] == "error" {
-            assert!(message["data"].as_str().unwrap().contains("cols"));
-            break;
-        }
-    }
+    let message = message_of_type(&mut socket, "error").await;
+    assert!(message["data"].as_str().unwrap().contains("cols"));
 
     // A job in the background of the terminal, then close the socket: all of it ends.
     send_json(
@@ -918,13 +931,8 @@ async fn the_terminal_is_a_real_pty_that_ends_with_its_socket() {
     next_json(&mut socket).await;
     next_json(&mut socket).await;
     send_json(&mut socket, json!({"type": "input", "data": "exit 5\n"})).await;
-    loop {
-        let message = next_json(&mut socket).await;
-        if message["type"] == "exit" {
-            assert_eq!(message["data"], 5);
-            break;
-        }
-    }
+    let message = message_of_type(&mut socket, "exit").await;
+    assert_eq!(message["data"], 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -350,14 +350,17 @@ async fn source_snapshot(
     path: &std::path::Path,
 ) -> Result<(), ApiError> {
     let quoted = path.display().to_string().replace('\'', r"'\''");
-    let job = state.shell.start(
-        session,
-        CommandRequest {
-            command: format!("builtin . '{quoted}'"),
-            separate_stderr: true,
-            ..CommandRequest::default()
-        },
-    )?;
+    let job = state
+        .shell
+        .start(
+            session,
+            CommandRequest {
+                command: format!("builtin . '{quoted}'"),
+                separate_stderr: true,
+                ..CommandRequest::default()
+            },
+        )
+        .await?;
     job.wait(Some(SNAPSHOT_LIMIT), None).await;
     let Some(outcome) = job.outcome() else {
         job.stop(StopReason::Killed).await;

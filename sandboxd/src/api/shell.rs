@@ -562,6 +562,6 @@ pub(super) async fn start_in_session(
     {
         previous.settled(SETTLE_LIMIT).await;
     }
-    let job = shell.start(&session, request)?;
+    let job = shell.start(&session, request).await?;
     Ok((session, job))
 }

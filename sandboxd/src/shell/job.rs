@@ -130,6 +130,9 @@ pub struct JobSpec {
     pub marker: String,
     /// Capture stderr apart from stdout (the bash pipe API); otherwise they share one pipe.
     pub separate_stderr: bool,
+    /// The waiting bash given to [`Job::spawn`] works in `start_dir` already (checked by its
+    /// directory's inode): the wrapper is told so, and skips its `cd`.
+    pub warm_in_start_dir: bool,
     /// Variables set (`Some`) or unset (`None`) for this command only; the session's saved
     /// environment is as if they had not been touched. Names are valid shell identifiers.
     pub env: Vec<(String, Option<String>)>,
@@ -177,6 +180,8 @@ pub enum InputError {
 pub struct Prewarmed {
     kind: EnvKind,
     pid: i32,
+    /// Where it waits (see `wrapper.bash`, READY_DIR).
+    ready_dir: PathBuf,
     /// The write end of the child's fd 3.
     args: std::fs::File,
     stdin: Option<pipe::Sender>,
@@ -195,14 +200,6 @@ pub enum EnvKind {
 }
 
 impl EnvKind {
-    /// What the wrapper is told: whether there is a saved environment to restore.
-    fn word(self) -> &'static str {
-        match self {
-            EnvKind::Fresh => "fresh",
-            EnvKind::Saved => "saved",
-        }
-    }
-
     pub fn of_session(state: &SessionDir) -> EnvKind {
         if state
             .root
@@ -264,6 +261,7 @@ impl Prewarmed {
         Ok(Prewarmed {
             kind,
             pid: spawned.pid,
+            ready_dir: ready_dir.to_path_buf(),
             args: std::fs::File::from(OwnedFd::from(args)),
             stdin: spawned.stdin,
             output: spawned.output,
@@ -275,6 +273,7 @@ impl Prewarmed {
     pub(super) fn from_parts(
         kind: EnvKind,
         pid: i32,
+        ready_dir: PathBuf,
         args: std::fs::File,
         stdin: Option<pipe::Sender>,
         output: pipe::Receiver,
@@ -283,6 +282,7 @@ impl Prewarmed {
         Prewarmed {
             kind,
             pid,
+            ready_dir,
             args,
             stdin,
             output,
@@ -292,6 +292,15 @@ impl Prewarmed {
 
     pub fn kind(&self) -> EnvKind {
         self.kind
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The directory it was sent to wait in (it may not have got there, or not yet).
+    pub fn ready_dir(&self) -> &Path {
+        &self.ready_dir
     }
 
     /// Hands the command over as `text` (see [`hand_over_text`]) and closes the pipe, which
@@ -321,7 +330,18 @@ fn mode(physical: bool) -> &'static str {
     if physical { "physical" } else { "logical" }
 }
 
-/// What a waiting bash is handed: COMMAND STATE_DIR START_DIR MODE MARKER ENV as six words of
+/// The wrapper's sixth value: whether the session has a saved environment to restore (`saved`
+/// or `fresh`), and `,here` when the bash already works in START_DIR.
+fn flags(kind: EnvKind, here: bool) -> &'static str {
+    match (kind, here) {
+        (EnvKind::Fresh, false) => "fresh",
+        (EnvKind::Fresh, true) => "fresh,here",
+        (EnvKind::Saved, false) => "saved",
+        (EnvKind::Saved, true) => "saved,here",
+    }
+}
+
+/// What a waiting bash is handed: COMMAND STATE_DIR START_DIR MODE MARKER FLAGS as six words of
 /// bash's ANSI-C quoting, which the wrapper reads in one `read -N` and gives to `set --` through
 /// `eval` (the text holds quoted words only, so that only ever sets the six values). None when
 /// it would be longer than [`MAX_HAND_OVER`] or a value holds a NUL byte (which no bash
@@ -335,7 +355,7 @@ fn hand_over_text(spec: &JobSpec, kind: EnvKind) -> Option<String> {
         spec.start_dir.as_os_str().as_bytes(),
         mode(spec.physical).as_bytes(),
         spec.marker.as_bytes(),
-        kind.word().as_bytes(),
+        flags(kind, spec.warm_in_start_dir).as_bytes(),
     ];
     let mut text = String::with_capacity(values.iter().map(|v| v.len() + 4).sum());
     for value in values {
@@ -474,7 +494,7 @@ impl Job {
                     .arg(&spec.start_dir)
                     .arg(mode(spec.physical))
                     .arg(&spec.marker)
-                    .arg(kind.word());
+                    .arg(flags(kind, false));
                 // The per-command variables follow, as data: NAME=VALUE sets, NAME unsets.
                 for (name, value) in &spec.env {
                     match value {
@@ -1222,6 +1242,7 @@ mod tests {
             marker: "m.1".to_string(),
             separate_stderr: false,
             env: Vec::new(),
+            warm_in_start_dir: false,
         };
         let text = hand_over_text(&spec("echo 'hi'"), EnvKind::Saved).unwrap();
         assert_eq!(

@@ -20,6 +20,7 @@
 //! - [`terminal`]: the pseudo-terminal.
 //! - [`procs`]: finding and ending every process a command or terminal started.
 //! - [`state`]: the private directory of session state, reached through a descriptor.
+//! - [`workspace`]: the workspace directory, looked up in its parent held open.
 //! - [`zygote`]: long-lived bashes that fork the ready ones commands run in.
 
 pub mod job;
@@ -28,6 +29,7 @@ pub mod procs;
 pub mod session;
 pub mod state;
 pub mod terminal;
+pub mod workspace;
 pub mod zygote;
 
 use std::collections::HashMap;
@@ -199,8 +201,12 @@ pub struct Shell {
     prewarmed: Mutex<Vec<Prewarmed>>,
     /// Whether a bash of each kind ([`EnvKind::Fresh`] first) is being made for `prewarmed`.
     refilling: [AtomicBool; 2],
+    /// Told when a bash joins `prewarmed` or a refill ends.
+    ready_changed: tokio::sync::Notify,
     /// What forks the prewarmed bashes, when it can (else they start from scratch).
     zygotes: zygote::Zygotes,
+    /// `config.workspace`, looked up without a lookup from `/`.
+    workspace: workspace::Workspace,
 }
 
 /// How many detached command session ids are remembered.
@@ -209,6 +215,10 @@ const MAX_DETACHED: usize = 4096;
 /// one before it is still being replaced finds one ready (each costs about 0.6 MiB of PSS,
 /// forked from a zygote).
 const READY_PER_KIND: usize = 2;
+/// How long the bash that replaces a waiting one waits for the command that took it to end.
+const REFILL_AFTER_AT_MOST: Duration = Duration::from_millis(50);
+/// How long a command waits for a bash being made before it starts one from scratch.
+const WAIT_FOR_READY_AT_MOST: Duration = Duration::from_millis(25);
 /// Longest session or terminal id.
 pub const MAX_ID_LEN: usize = 128;
 
@@ -220,6 +230,7 @@ impl Shell {
             zygote::Zygotes::none()
         };
         Self {
+            workspace: workspace::Workspace::new(config.workspace.clone()),
             config,
             activity,
             sessions: Mutex::new(HashMap::new()),
@@ -233,6 +244,7 @@ impl Shell {
             next_job: AtomicU64::new(1),
             prewarmed: Mutex::new(Vec::new()),
             refilling: [AtomicBool::new(false), AtomicBool::new(false)],
+            ready_changed: tokio::sync::Notify::new(),
             zygotes,
         }
     }
@@ -288,7 +300,46 @@ impl Shell {
 
     /// Starts `request` in `session`. Fails with [`ShellError::Busy`] while the session's
     /// previous command still runs.
-    pub fn start(
+    ///
+    /// When no bash of the command's kind waits but one is being made, waits for it (up to
+    /// [`WAIT_FOR_READY_AT_MOST`]): it is at most a fork away, and starting one from scratch
+    /// takes several milliseconds (a lookup of every path bash opens, through the image).
+    pub async fn start(
+        self: &Arc<Self>,
+        session: &Arc<Session>,
+        request: CommandRequest,
+    ) -> Result<Arc<Job>, ShellError> {
+        if let Ok(identity) = self.identity()
+            && let Ok(state_root) = self.state_root(identity.as_ref())
+        {
+            let kind = EnvKind::of_session(&state::SessionDir {
+                root: state_root,
+                name: session.state_dir.clone(),
+            });
+            self.wait_for_ready(kind).await;
+        }
+        self.start_now(session, request)
+    }
+
+    /// Waits until a bash of `kind` waits or none is being made, for at most
+    /// [`WAIT_FOR_READY_AT_MOST`].
+    async fn wait_for_ready(&self, kind: EnvKind) {
+        let deadline = tokio::time::Instant::now() + WAIT_FOR_READY_AT_MOST;
+        loop {
+            let changed = self.ready_changed.notified();
+            tokio::pin!(changed);
+            // Registered before the check: a change between the two still wakes it.
+            changed.as_mut().enable();
+            if self.waiting(kind) > 0 || !self.refilling_of(kind).load(Ordering::Acquire) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn start_now(
         self: &Arc<Self>,
         session: &Arc<Session>,
         request: CommandRequest,
@@ -323,6 +374,13 @@ impl Shell {
         let ps1 = prompt(identity.as_ref(), &start_dir);
         let kind = EnvKind::of_session(&session_dir);
         let warm = self.take_prewarmed(kind);
+        // A waiting bash sits in the default directory: when the command starts there, and it
+        // is still the directory of that name, it need not `cd` (see `wrapper.bash`).
+        let warm_in_start_dir = warm.as_ref().is_some_and(|warm| {
+            warm.ready_dir() == start_dir
+                && start_dir == self.config.workspace
+                && self.workspace.is_cwd_of(warm.pid())
+        });
         let job = Job::spawn(
             job::JobSpec {
                 command: request.command,
@@ -341,16 +399,26 @@ impl Shell {
                 ),
                 separate_stderr: request.separate_stderr,
                 env: request.env,
+                warm_in_start_dir,
             },
             warm,
             self.activity.hold(),
         )
         .map_err(ShellError::Spawn)?;
         // Off the request path: forking bash costs a millisecond here, and the request that
-        // just took the waiting one should not pay for the next.
+        // just took the waiting one should not pay for the next. Nor compete with it while
+        // another bash waits (READY_PER_KIND): then the refill waits for this command to end,
+        // or for a moment if it runs on.
         let shell = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            shell.refill_prewarmed(kind, identity.as_ref(), &state_root)
+        let running = (self.waiting(kind) > 0).then(|| job.clone());
+        tokio::spawn(async move {
+            if let Some(running) = running {
+                running.settled(REFILL_AFTER_AT_MOST).await;
+            }
+            let _ = tokio::task::spawn_blocking(move || {
+                shell.refill_prewarmed(kind, identity.as_ref(), &state_root)
+            })
+            .await;
         });
         state.remember(job.mark());
         state.current = Some(job.clone());
@@ -548,7 +616,7 @@ impl Shell {
 
     /// The workspace if it exists, else the home directory, else `/`.
     fn default_dir(&self) -> PathBuf {
-        if self.config.workspace.is_dir() {
+        if self.workspace.is_dir() {
             return self.config.workspace.clone();
         }
         let home = match self.identity() {
@@ -609,10 +677,7 @@ impl Shell {
         // more): a command arriving meanwhile takes another waiting one. `refilling` keeps two
         // refills of a kind from racing; a command that took a bash while this one was
         // finishing is made up for by the check after it.
-        let refilling = &self.refilling[match kind {
-            EnvKind::Fresh => 0,
-            EnvKind::Saved => 1,
-        }];
+        let refilling = self.refilling_of(kind);
         let full = || self.closed.load(Ordering::SeqCst) || self.waiting(kind) >= READY_PER_KIND;
         while !full() {
             if refilling.swap(true, Ordering::AcqRel) {
@@ -638,6 +703,7 @@ impl Shell {
                         Err(error) => {
                             tracing::warn!(%error, "cannot start a shell ahead of time");
                             refilling.store(false, Ordering::Release);
+                            self.ready_changed.notify_waiters();
                             return;
                         }
                     },
@@ -647,9 +713,19 @@ impl Shell {
                 if !self.closed.load(Ordering::SeqCst) {
                     warm.push(next);
                 }
+                drop(warm);
+                self.ready_changed.notify_waiters();
             }
             refilling.store(false, Ordering::Release);
+            self.ready_changed.notify_waiters();
         }
+    }
+
+    fn refilling_of(&self, kind: EnvKind) -> &AtomicBool {
+        &self.refilling[match kind {
+            EnvKind::Fresh => 0,
+            EnvKind::Saved => 1,
+        }]
     }
 
     fn lock_prewarmed(&self) -> MutexGuard<'_, Vec<Prewarmed>> {

@@ -129,6 +129,20 @@ pub fn current_dir(pid: i32) -> io::Result<Option<PathBuf>> {
     Ok((!removed && path.is_absolute()).then_some(path))
 }
 
+/// The device and inode of `pid`'s working directory (through `/proc`, without a lookup of
+/// its path); None when `pid` is gone or cannot be read.
+pub fn cwd_identity(pid: i32) -> Option<(u64, u64)> {
+    let relative = format!("{pid}/cwd");
+    let stat = match proc_dir() {
+        Some(proc) => {
+            nix::sys::stat::fstatat(proc, relative.as_str(), nix::fcntl::AtFlags::empty())
+        }
+        None => nix::sys::stat::stat(format!("/proc/{relative}").as_str()),
+    }
+    .ok()?;
+    Some((stat.st_dev, stat.st_ino))
+}
+
 /// The process `pid`, zombies included; None once it is gone.
 pub fn entry(pid: i32) -> Option<ProcessEntry> {
     entry_of(pid)

@@ -1,12 +1,13 @@
 # Runs one command of a shell session and saves the session's state for the next one.
 # Called as: bash -c "<this script>" bash COMMAND STATE_DIR START_DIR physical|logical MARKER
-# saved|fresh [VAR...]
+# FLAGS [VAR...]
 # or, started ahead of time, as: bash -c "<this script>" bash --wait-for-command READY_DIR (or
 # forked by a zygote, below) and then handed the same six values on fd 3 as one text: six words
 # in bash's ANSI-C quoting ($'...', printable ASCII only, see `job::hand_over_text`), ended by
 # sandboxd closing the pipe. MARKER is exported as AGENTBOX_SHELL_JOB, so that sandboxd finds
-# every program the command starts (see procs.rs). `saved` means the session has a saved
-# environment (STATE_DIR/env) to restore; `fresh`, that it has none.
+# every program the command starts (see procs.rs). FLAGS is `saved` when the session has a saved
+# environment (STATE_DIR/env) to restore, else `fresh`, followed by `,here` when sandboxd has
+# seen that this bash, started ahead of time, works in START_DIR already.
 # COMMAND arrives as data ($1) and is only ever given to `eval`, exactly as typed at a prompt.
 # Everything here uses `builtin` (and `[[`, a keyword) so that functions the user defines cannot
 # change its meaning.
@@ -23,7 +24,7 @@
 # opens /dev/null (stderr is closed instead, `2>&-`, first among the redirections), the saved
 # environment is read only when there is one, and a bash started ahead of time goes to the
 # directory most commands start in (READY_DIR) while it waits, so that a command starting there
-# costs one lookup instead of `cd -P`'s seven.
+# need not `cd` (seven lookups for `cd -P`): the done report's FIFO is then its one lookup.
 
 # Every variable name, without forking (`compgen -v` would need a subshell): each `${!X@}`
 # lists the names starting with X.
@@ -59,7 +60,7 @@ __agentbox_prepare() {
 }
 
 # Whether the session has a saved environment to restore (sourced at the top level, below).
-__agentbox_has_saved_env() { [[ $6 = saved ]]; }
+__agentbox_has_saved_env() { [[ $6 == saved* ]]; }
 
 # After the saved environment (which holds the previous command's marker): this command's
 # marker, its directory, its own variables and the exit trap. Called with the command's
@@ -69,10 +70,11 @@ __agentbox_enter() {
   __agentbox_oldpwd=${OLDPWD-}
   # Symlinks in paths are resolved: `cd link; pwd` shows where it really is.
   [[ $__agentbox_mode = physical ]] && builtin set -o physical
-  if [[ -n ${__agentbox_ready_dir-} && $3 == "$__agentbox_ready_dir" && . -ef $3 ]]; then
-    # Already there (see --wait-for-command below), and READY_DIR is what `cd -P` made PWD:
-    # `cd` would land in this directory with this PWD. (PWD is set again: the saved
-    # environment holds the session's last one.)
+  if [[ $6 == *,here && $3 == "${__agentbox_ready_dir-}" ]]; then
+    # Already there (see --wait-for-command below: sandboxd checked that this bash's directory
+    # is the one START_DIR names), and START_DIR is what `cd -P` made PWD: `cd` would land in
+    # this directory with this PWD. (PWD is set again: the saved environment holds the
+    # session's last one.)
     PWD=$3
   elif [[ $__agentbox_mode = physical ]]; then
     builtin cd -P -- "$3" || builtin exit 1
@@ -152,7 +154,11 @@ __agentbox_restore() {
 # redirection, cost milliseconds.
 __agentbox_save() {
   builtin set +o errexit +o nounset +o verbose +o noglob
-  if [[ $2 = physical ]]; then
+  # The directory, for when sandboxd missed the done report. With symlinks resolved, PWD is
+  # what `pwd -P` would print (which looks up every component of it again).
+  if [[ $2 = physical && -o physical && $PWD == /* ]]; then
+    builtin printf '%s\n' "$PWD" >"$1/cwd.next"
+  elif [[ $2 = physical ]]; then
     builtin pwd -P >"$1/cwd.next"
   else
     builtin pwd -L >"$1/cwd.next"

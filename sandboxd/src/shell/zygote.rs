@@ -205,7 +205,7 @@ impl Zygotes {
         let exit = reaper()
             .adopt(pid)
             .map_err(|error| io::Error::other(format!("forked shell {pid}: {error}")))?;
-        fifos.into_prewarmed(kind, pid, exit)
+        fifos.into_prewarmed(kind, pid, ready_dir.to_path_buf(), exit)
     }
 }
 
@@ -357,6 +357,7 @@ impl<'a> Fifos<'a> {
         self,
         kind: EnvKind,
         pid: i32,
+        ready_dir: PathBuf,
         exit: tokio::sync::oneshot::Receiver<supervisor::ExitStatus>,
     ) -> io::Result<Prewarmed> {
         // The child has the read ends open, so these opens do not block.
@@ -372,6 +373,7 @@ impl<'a> Fifos<'a> {
         Ok(Prewarmed::from_parts(
             kind,
             pid,
+            ready_dir,
             File::from(args),
             Some(pipe::Sender::from_owned_fd(stdin)?),
             pipe::Receiver::from_owned_fd(self.output)?,
