@@ -1841,3 +1841,63 @@ async fn ready_bashes_wait_in_the_workspace_and_follow_it_when_it_is_made_anew()
     }
     assert!(forked, "no command ran in a bash that waited");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_a_waiting_bash_cannot_take_leave_it_waiting() {
+    // A bash started ahead of time has one output pipe and takes no variables of the command's
+    // own. The bash API's commands (stdout and stderr apart, maybe `env`) run in bashes of
+    // their own and leaves the waiting ones for the commands that fit them: none is taken,
+    // thrown away and made again.
+    let sandbox = start().await;
+    let me = std::process::id() as i32;
+    let bashes = || {
+        let mut found = procs_where(|state, ppid, _| state != "Z" && ppid == me);
+        found.retain(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "bash")
+        });
+        found.sort();
+        found
+    };
+    // Two sessions' first commands fill the waiting bashes of both kinds; then wait until the
+    // set has stayed the same for a while (refills run after the answers).
+    sandbox.run("fit-warm", "true").await;
+    sandbox.run("fit-warm-2", "true").await;
+    let settled = || async {
+        let mut last = bashes();
+        let mut same_for = 0;
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while same_for < 5 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "bashes never settle"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = bashes();
+            same_for = if now == last { same_for + 1 } else { 0 };
+            last = now;
+        }
+        last
+    };
+    let before = settled().await;
+    assert!(!before.is_empty(), "no bash waits");
+    let data = sandbox
+        .bash(
+            "exec",
+            json!({"session_id": "fit-env", "command": "echo $ONLY_HERE", "env": {"ONLY_HERE": "x"}}),
+        )
+        .await;
+    assert_eq!(data["stdout"], "x\n", "{data}");
+    let data = sandbox
+        .bash(
+            "exec",
+            json!({"session_id": "fit-bash", "command": "echo out; echo err >&2"}),
+        )
+        .await;
+    assert_eq!(
+        (data["stdout"].as_str(), data["stderr"].as_str()),
+        (Some("out\n"), Some("err\n")),
+        "{data}"
+    );
+    let after = settled().await;
+    assert_eq!(after, before, "the waiting bashes are the same ones");
+}

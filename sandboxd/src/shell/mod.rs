@@ -166,6 +166,14 @@ pub struct CommandRequest {
     pub env: Vec<(String, Option<String>)>,
 }
 
+impl CommandRequest {
+    /// Whether it can run in a bash started ahead of time, which has one output pipe and takes
+    /// no variables of the command's own (see `job::Prewarmed`).
+    fn fits_a_waiting_bash(&self) -> bool {
+        !self.separate_stderr && self.env.is_empty()
+    }
+}
+
 /// Counts for `stats`.
 #[derive(Debug, Clone, Copy)]
 pub struct ShellStats {
@@ -309,7 +317,8 @@ impl Shell {
         session: &Arc<Session>,
         request: CommandRequest,
     ) -> Result<Arc<Job>, ShellError> {
-        if let Ok(identity) = self.identity()
+        if request.fits_a_waiting_bash()
+            && let Ok(identity) = self.identity()
             && let Ok(state_root) = self.state_root(identity.as_ref())
         {
             let kind = EnvKind::of_session(&state::SessionDir {
@@ -359,6 +368,7 @@ impl Shell {
         }
         let cwd = state.effective_cwd();
         state.cwd = cwd.clone();
+        let fits_a_waiting_bash = request.fits_a_waiting_bash();
         let start_dir = request.exec_dir.unwrap_or(cwd);
         let session_dir = state::SessionDir {
             root: state_root.clone(),
@@ -373,7 +383,9 @@ impl Shell {
         let physical = !request.preserve_symlinks.unwrap_or(state.preserve_symlinks);
         let ps1 = prompt(identity.as_ref(), &start_dir);
         let kind = EnvKind::of_session(&session_dir);
-        let warm = self.take_prewarmed(kind);
+        let warm = fits_a_waiting_bash
+            .then(|| self.take_prewarmed(kind))
+            .flatten();
         // A waiting bash sits in the default directory: when the command starts there, and it
         // is still the directory of that name, it need not `cd` (see `wrapper.bash`).
         let warm_in_start_dir = warm.as_ref().is_some_and(|warm| {
