@@ -201,6 +201,8 @@ main() {
     bench code-exec --iterations 10
   step "benchmark harness smoke run (memory, 1 sandbox)" \
     bench memory --settle-secs 2
+  step "benchmark harness smoke run (first viewer's picture, 1 sandbox)" \
+    bench first-view --iterations 1
   step "compose.yaml is valid" docker-compose config -q
   step "benchmark harness smoke run (orchestrator)" \
     bench orchestrator-bench \
