@@ -330,6 +330,12 @@ fn mode(physical: bool) -> &'static str {
     if physical { "physical" } else { "logical" }
 }
 
+/// Whether a command can run in a [`Prewarmed`] bash, which has one output pipe and takes
+/// exactly six values (none of them variables of the command's own).
+pub(super) fn fits_a_waiting_bash(separate_stderr: bool, env: &[(String, Option<String>)]) -> bool {
+    !separate_stderr && env.is_empty()
+}
+
 /// The wrapper's sixth value: whether the session has a saved environment to restore (`saved`
 /// or `fresh`), and `,here` when the bash already works in START_DIR.
 fn flags(kind: EnvKind, here: bool) -> &'static str {
@@ -474,9 +480,8 @@ impl Job {
         let done = open_done_fifo(&spec.state, spec.identity.as_ref())
             .inspect_err(|error| tracing::warn!(%error, "shell command reports unavailable"))
             .ok();
-        // A waiting bash has one output pipe and takes exactly six values.
         let warm = warm
-            .filter(|w| w.kind == kind && !spec.separate_stderr && spec.env.is_empty())
+            .filter(|w| w.kind == kind && fits_a_waiting_bash(spec.separate_stderr, &spec.env))
             .and_then(|w| Some((w, hand_over_text(&spec, kind)?)));
         let bash = match warm.map(|(w, text)| w.hand_over(&text)) {
             Some(Ok(bash)) => bash,

@@ -167,10 +167,9 @@ pub struct CommandRequest {
 }
 
 impl CommandRequest {
-    /// Whether it can run in a bash started ahead of time, which has one output pipe and takes
-    /// no variables of the command's own (see `job::Prewarmed`).
+    /// Whether it can run in a bash started ahead of time (see [`job::fits_a_waiting_bash`]).
     fn fits_a_waiting_bash(&self) -> bool {
-        !self.separate_stderr && self.env.is_empty()
+        job::fits_a_waiting_bash(self.separate_stderr, &self.env)
     }
 }
 
