@@ -8,7 +8,8 @@
 # `apt-get install cmake nasm`); scripts/up.sh and scripts/test.sh install them.
 #
 # Incremental: the base image is tagged by a hash of its inputs and reused; cargo and the Docker
-# layer cache skip unchanged steps, so a re-run with unchanged inputs takes seconds.
+# layer cache skip unchanged steps, so a re-run with unchanged inputs takes seconds, and a change
+# to sandboxd alone rebuilds only the image's last layer (the Dockerfile copies it last).
 #
 # AGENTBOX_CARGO_TARGETS (default "-p sandboxd -p bash-fork") is what cargo builds: a caller that
 # builds more of the workspace passes its own selection, so that cargo resolves the same
@@ -17,6 +18,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 image=${SANDBOX_IMAGE:-agentbox/sandbox:latest}
+target=${CARGO_TARGET_DIR:-$root/target}
 log() { printf '[build] %s\n' "$*" >&2; }
 
 start=$(date +%s)
@@ -39,8 +41,8 @@ rsync_like() { # copy $1 to $2 only if the content differs, keeping mtimes stabl
 }
 rsync_like "$root/images/sandbox/Dockerfile" "$context/Dockerfile"
 rsync_like "$root/images/sandbox/packages.txt" "$context/packages.txt"
-rsync_like "$root/target/release/sandboxd" "$context/sandboxd"
-rsync_like "$root/target/release/libbash_fork.so" "$context/libbash_fork.so"
+rsync_like "$target/release/sandboxd" "$context/sandboxd"
+rsync_like "$target/release/libbash_fork.so" "$context/libbash_fork.so"
 rm -rf "$context/rootfs"
 cp -a "$root/images/sandbox/rootfs" "$context/rootfs"
 # xterm.js for the terminal page (/terminal); see images/xterm/fetch.sh.

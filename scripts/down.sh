@@ -6,7 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib.sh"
 data=${AGENTBOX_DATA_DIR:-$root/.agentbox}
 listen=${AGENTBOX_LISTEN:-127.0.0.1:8090}
-orchestrator="$root/target/release/orchestrator"
+orchestrator="$(target_dir "$root")/release/orchestrator"
 pid_file="$data/orchestrator.pid"
 if [ -s "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null; then
   export AGENTBOX_URL="http://$listen" AGENTBOX_API_KEY

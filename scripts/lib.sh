@@ -42,3 +42,46 @@ ensure_command() { # command package
     return 1
   fi
 }
+
+# Where the scripts keep what outlives a clone: the Python test clients' environment, xterm.js
+# and, under CI=true, cargo's target directory (see scripts/test.sh).
+cache_dir() { printf '%s\n' "${AGENTBOX_CACHE:-$HOME/.cache/agentbox}"; }
+
+# The cargo target directory builds go to (CARGO_TARGET_DIR, else the clone's target/).
+target_dir() { # root
+  local dir=${CARGO_TARGET_DIR:-$1/target}
+  case $dir in
+    /*) ;;
+    *) dir=$PWD/$dir ;;
+  esac
+  printf '%s\n' "$dir"
+}
+
+# Builds the images' Debian bases in the background (debootstrap and apt: bound by the download,
+# not the CPU) so that they overlap the cargo build; `wait_for_bases` waits for them and fails
+# with their log when they failed. A base whose inputs did not change is found at once.
+start_bases() { # root image... (sandbox, orchestrator)
+  local root=$1
+  shift
+  bases_log=$(mktemp /tmp/agentbox-bases.XXXXXX)
+  (
+    for image in "$@"; do
+      case $image in
+        sandbox) "$root/images/base/build-base.sh" >/dev/null || exit 1 ;;
+        orchestrator) "$root/images/base/build-orchestrator-base.sh" >/dev/null || exit 1 ;;
+      esac
+    done
+  ) >"$bases_log" 2>&1 &
+  bases_pid=$!
+}
+
+wait_for_bases() {
+  local status=0
+  wait "$bases_pid" || status=$?
+  if [ "$status" != 0 ]; then
+    log "building the image bases failed (exit $status):"
+    tail -40 "$bases_log" >&2
+  fi
+  rm -f "$bases_log"
+  return "$status"
+}

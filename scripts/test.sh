@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting and lints, unit tests, end-to-end tests against the real
 # image in real Docker, and a smoke run of every benchmark harness. Ends with "N passed, N failed".
-# Sourced instead of run, it only defines its functions (tests/tests/scripts.rs tests them).
+# Sourced instead of run, it only defines its functions (tests/tests/it/scripts.rs tests them).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -12,6 +12,16 @@ passed=0
 failed=0
 failures=()
 started=$(date +%s)
+# The phases run, their seconds and their outcome, for the table printed at the end.
+phase_names=()
+phase_secs=()
+phase_results=()
+
+record_phase() { # name seconds result
+  phase_names+=("$1")
+  phase_secs+=("$2")
+  phase_results+=("$3")
+}
 
 step() { # name command...
   local name=$1
@@ -22,11 +32,31 @@ step() { # name command...
   if "$@"; then
     passed=$((passed + 1))
     log "ok: $name ($(( $(date +%s) - t0 )) s)"
+    record_phase "$name" $(( $(date +%s) - t0 )) ok
   else
     failed=$((failed + 1))
     failures+=("$name")
     log "FAILED: $name ($(( $(date +%s) - t0 )) s)"
+    record_phase "$name" $(( $(date +%s) - t0 )) FAILED
   fi
+}
+
+# Runs a function whose counts are its own (nextest, pytests) as a timed phase of the table.
+counted_phase() { # name function
+  log "== $1"
+  local t0 result=ok
+  t0=$(date +%s)
+  "$2" || result=FAILED
+  record_phase "$1" $(( $(date +%s) - t0 )) "$result"
+}
+
+phase_table() {
+  local i
+  printf '\n%-64s %7s  %s\n' phase seconds result
+  for i in "${!phase_names[@]}"; do
+    printf '%-64s %7s  %s\n' "${phase_names[$i]}" "${phase_secs[$i]}" "${phase_results[$i]}"
+  done
+  printf '%-64s %7s\n\n' total $(( $(date +%s) - started ))
 }
 
 # Runs nextest and adds its per-test counts to the totals; a run that fails without a failing
@@ -59,17 +89,15 @@ nextest() {
 
 # Runs a benchmark harness from the workspace build (`cargo run -p agentbox-bench` would resolve
 # features for that package alone and compile again).
-bench() { # name args...
-  local name=$1
-  shift
-  "$root/target/release/$name" "$@"
+bench() { # harness args...
+  "$(target_dir "$root")/release/agentbox-bench" "$@"
 }
 
 # A virtualenv with the Python test clients, cached outside the clone by requirements hash.
 python_env() {
   local hash
   hash=$(sha256sum tests/python/requirements.txt | cut -c1-16)
-  venv="${AGENTBOX_CACHE:-$HOME/.cache/agentbox}/venv-$hash"
+  venv="$(cache_dir)/venv-$hash"
   if [ ! -x "$venv/bin/pytest" ]; then
     log "creating the Python test environment ($venv)"
     rm -rf "$venv"
@@ -83,7 +111,7 @@ python_env() {
 pytests() {
   local out
   out=$(mktemp)
-  ORCHESTRATOR_BIN="$root/target/release/orchestrator" \
+  ORCHESTRATOR_BIN="$(target_dir "$root")/release/orchestrator" \
     "$venv/bin/pytest" -q -p no:cacheprovider tests/python 2>&1 | tee "$out"
   local status=${PIPESTATUS[0]}
   local summary
@@ -139,55 +167,92 @@ prepare() {
   ensure_command chromium chromium || return 1
   python3 -c 'import venv, ensurepip' 2>/dev/null || ensure_command /nonexistent/python3-venv python3-venv || return 1
   python_env || return 1
+  # clippy's driver, which build_and_lint compiles the workspace with.
+  clippy_driver="$(dirname "$(command -v cargo)")/clippy-driver"
+  if ! "$clippy_driver" --version >/dev/null 2>&1; then
+    log "clippy is missing: rustup component add clippy"
+    return 1
+  fi
   if ! cargo nextest --version >/dev/null 2>&1; then
     log "installing cargo-nextest"
     cargo install --locked cargo-nextest >&2 || return 1
   fi
 }
 
-# Free space on the file systems the run writes to (the clone's target/ and Docker's), logged at
+# Free space on the file systems the run writes to (cargo's target directory and Docker's), logged at
 # the start and the end of a run: a full disk shows up as "no space left on device" far from its
 # cause.
 disk_report() { # when
   local line containers
-  for dir in "$root" "$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)"; do
+  for dir in "$root" "$(target_dir "$root")" "$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)"; do
     line=$(df -h --output=avail,size "$dir" 2>/dev/null | tail -1 | awk '{print $1 " free of " $2}')
     log "disk ($1): $dir: $line"
   done
-  log "disk ($1): target/ $(du -sh "$root/target" 2>/dev/null | cut -f1)"
+  log "disk ($1): target directory $(target_dir "$root"): $(du -sh "$(target_dir "$root")" 2>/dev/null | cut -f1)"
   containers=$(docker ps -aq 2>/dev/null | wc -l)
   log "disk ($1): $containers container(s) present; docker's own figures:"
   docker system df 2>/dev/null | sed 's/^/    /' >&2 || true
 }
 
-main() {
-  # In CI the release build carries no debug line tables: the 50-odd test binaries shrink from
-  # ~200 MB to ~45 MB each (about 5 GB less on disk, and faster links). Elsewhere the tests
-  # share the line-tables build that images/build.sh and the quickstart make.
-  if [ "${CI:-}" = true ]; then
-    export CARGO_PROFILE_RELEASE_DEBUG=false
+# One compilation of the workspace is both the lint pass and the release build that the images,
+# the tests and the benchmark harnesses use: clippy's driver compiles the workspace's own crates
+# (RUSTC_WORKSPACE_WRAPPER, as `cargo clippy` itself does), so nothing is type-checked twice.
+# Any warning fails this step, as `cargo clippy -- -D warnings` would, without stopping the
+# build: the tests still run on it.
+build_and_lint() {
+  local out status warnings
+  out=$(mktemp)
+  cargo build --locked --release --workspace --all-targets 2>&1 | tee "$out"
+  status=${PIPESTATUS[0]}
+  warnings=$(grep -cE '^(warning|error)(\[[^]]*\])?: ' "$out")
+  rm -f "$out"
+  if [ "$status" != 0 ]; then
+    log "the build failed (exit $status)"
+    return 1
   fi
+  if [ "$warnings" != 0 ]; then
+    log "clippy or rustc printed $warnings warning line(s); the suite allows none"
+    return 1
+  fi
+}
+
+images() {
+  wait_for_bases || return 1
+  "$root/images/build.sh" || return 1
+  # Both images are built while the disk is at its emptiest: the last steps of a run found
+  # none left once (the tests' release binaries and containers' layers take their share).
+  "$root/images/build-orchestrator.sh"
+}
+
+main() {
+  if [ "${CI:-}" = true ]; then
+    # In CI the release build carries no debug line tables (smaller binaries, faster links).
+    export CARGO_PROFILE_RELEASE_DEBUG=false
+    # Each CI run is a fresh clone: cargo's target directory lives outside it, so the
+    # dependencies compiled by the previous run are reused. Cargo's own fingerprints decide
+    # what is stale (the workspace's crates always are: a clone's files are new).
+    export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$(cache_dir)/target}
+  fi
+  local t0
+  t0=$(date +%s)
   if ! prepare; then
     echo "0 passed, 1 failed (environment preparation)"
     exit 1
   fi
+  record_phase "prepare (tools, Python clients)" $(( $(date +%s) - t0 )) ok
+  export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
+  # One feature resolution for every cargo command of the run (images, tests, benchmarks): each
+  # narrower selection would compile most dependencies again.
+  export AGENTBOX_CARGO_TARGETS="--workspace --all-targets"
+  # The images' Debian bases download while cargo compiles.
+  start_bases "$root" sandbox orchestrator
 
   disk_report start
   step "cargo fmt --check" cargo fmt --all -- --check
-  step "cargo clippy" cargo clippy --locked --workspace --all-targets --release -- -D warnings
-  # One build of everything, with one feature resolution: the images, the tests and the
-  # benchmark harnesses all use it (cargo resolves features per selection, and each narrower
-  # selection would compile most dependencies again: ~7 minutes apiece on 2 cores).
-  export AGENTBOX_CARGO_TARGETS="--workspace --all-targets"
-  step "cargo build (release, the whole workspace)" cargo build --locked --release --workspace --all-targets
-  step "build the sandbox image" images/build.sh
-  # Both images are built while the disk is at its emptiest: the last steps of a run found
-  # none left once (the tests' release binaries and containers' layers take their share).
-  step "build the orchestrator image" images/build-orchestrator.sh
-  log "== tests (unit, router and end-to-end)"
-  nextest
-  log "== Python clients (agent-sandbox SDK, Playwright, mcp)"
-  pytests
+  step "cargo build and clippy (release, whole workspace, all targets)" build_and_lint
+  step "build the sandbox and orchestrator images" images
+  counted_phase "tests (unit, router and end-to-end)" nextest
+  counted_phase "Python clients (agent-sandbox SDK, Playwright, mcp)" pytests
   disk_report "after the tests"
   step "benchmark harness smoke run (startup, 1 iteration)" \
     bench startup --iterations 1
@@ -205,13 +270,13 @@ main() {
     bench first-view --iterations 1
   step "compose.yaml is valid" docker-compose config -q
   step "benchmark harness smoke run (orchestrator)" \
-    bench orchestrator-bench \
+    bench orchestrator \
     --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
-
   step "benchmark harness smoke run (run steps, 1 iteration)" \
     bench run-steps --iterations 1
 
   disk_report end
+  phase_table >&2
   log "finished in $(( $(date +%s) - started )) s"
   if [ ${#failures[@]} -gt 0 ]; then
     log "failed: ${failures[*]}"
@@ -220,7 +285,7 @@ main() {
   [ "$failed" = 0 ]
 }
 
-# Sourced (tests/tests/scripts.rs checks the counting), it only defines the functions.
+# Sourced (tests/tests/it/scripts.rs checks the counting), it only defines the functions.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   main "$@"
 fi

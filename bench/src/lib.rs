@@ -194,6 +194,18 @@ pub fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// The orchestrator binary the harnesses start (`--orchestrator`), by default the one cargo built
+/// beside this harness (the same target directory and profile, wherever `CARGO_TARGET_DIR`
+/// points).
+pub fn orchestrator_binary() -> String {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("orchestrator")))
+        .map(|path| path.display().to_string())
+        .unwrap_or_else(|| "target/release/orchestrator".to_string());
+    arg("--orchestrator", beside)
+}
+
 /// The admin key of the orchestrators the benchmarks start.
 pub const ADMIN_KEY: &str = "bench-admin-key-0123456789abcdefghij";
 

@@ -216,6 +216,45 @@ const SANDBOX_COLUMNS: &str = "id, owner_key_id, image, status, pooled, containe
     api_key, resolution, env, metadata, idle_timeout_secs, max_lifetime_secs, created_at, \
     ready_at, expires_at, last_active_at, ended_at, error, instance";
 
+/// The schema's migrations, `orchestrator/migrations/NNNN_name.sql`, compiled in. Listed here
+/// rather than found by sqlx's `migrate!` macro, which would compile sqlx's SQLite and Postgres
+/// drivers a second time for the build host (minutes on two cores); a unit test checks that
+/// the list is the directory. Versions, descriptions and checksums are those `migrate!` gives,
+/// so databases it migrated keep working.
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../migrations/0001_init.sql")),
+    (
+        2,
+        "trust boundaries",
+        include_str!("../migrations/0002_trust_boundaries.sql"),
+    ),
+    (3, "runs", include_str!("../migrations/0003_runs.sql")),
+    (
+        4,
+        "console sessions",
+        include_str!("../migrations/0004_console_sessions.sql"),
+    ),
+];
+
+fn migrator() -> sqlx::migrate::Migrator {
+    use sqlx::SqlSafeStr;
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    Migrator::with_migrations(
+        MIGRATIONS
+            .iter()
+            .map(|&(version, description, sql)| {
+                Migration::new(
+                    version,
+                    description.into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
 impl Store {
     /// Connects and applies the migrations.
     pub async fn connect(url: &str) -> Result<Self> {
@@ -242,7 +281,7 @@ impl Store {
                 url: redact_url(url),
                 source,
             })?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
+        migrator().run(&pool).await?;
         Ok(Self { pool, is_sqlite })
     }
 
@@ -763,6 +802,31 @@ mod tests {
             "postgres://agent:***@db:5432/x"
         );
         assert_eq!(redact_url("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
+    }
+
+    /// The compiled-in list is the directory, as sqlx's own resolver (the one `migrate!` uses)
+    /// reads it: the same versions, descriptions, checksums and transaction mode, in order.
+    #[tokio::test]
+    async fn the_migrations_listed_are_the_directory() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let resolved = sqlx::migrate::Migrator::new(dir.as_path())
+            .await
+            .expect("the migrations directory resolves");
+        let summary = |migrator: &sqlx::migrate::Migrator| -> Vec<_> {
+            migrator
+                .iter()
+                .map(|m| {
+                    (
+                        m.version,
+                        m.description.to_string(),
+                        m.checksum.to_vec(),
+                        m.no_tx,
+                        m.migration_type,
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(summary(&migrator()), summary(&resolved));
     }
 
     #[test]

@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn vnc_auth_encrypts_each_block_with_the_first_eight_characters() {
         // The answer's correctness against a real server is tested with x11vnc
-        // (tests/tests/vnc.rs); here, the block and key rules.
+        // (sandboxd/tests/it/vnc.rs); here, the block and key rules.
         let challenge: [u8; 16] = core::array::from_fn(|i| i as u8);
         let response = vnc_auth_response("password", &challenge);
         // Each 8-byte block is encrypted independently with the same key.

@@ -1,6 +1,6 @@
 //! The confinement invariant, checked on a real tree: whatever path comes in, the resolver
 //! either refuses (or fails) or lands inside the root, and nothing outside the root changes.
-//! Shared by the seeded property test (`tests/confine_property.rs`) and the fuzz target
+//! Shared by the seeded property test (`tests/it/confine_property.rs`) and the fuzz target
 //! (`fuzz/fuzz_targets/confine.rs`, which includes this file by path).
 
 use std::ffi::OsStr;

@@ -1,0 +1,11 @@
+//! The harnesses, one module each; `main` runs one with its flags read from the command line.
+
+pub mod capabilities;
+pub mod code_exec;
+pub mod file_watch;
+pub mod first_view;
+pub mod memory;
+pub mod orchestrator;
+pub mod run_steps;
+pub mod shell_exec;
+pub mod startup;

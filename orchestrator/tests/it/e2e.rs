@@ -1,0 +1,1008 @@
+//! End-to-end tests of the orchestrator with the real Docker Engine and the real sandbox image
+//! (`AGENTBOX_SANDBOX_IMAGE`, default `agentbox/sandbox:latest`): lifecycle, proxies, auth,
+//! tokens, the VNC view-only filter, CDP, the reaper, the pool, crash recovery, concurrency.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use agentbox_tests::docker;
+use anyhow::{Context, bail};
+use common::{
+    ADMIN_KEY, Options, Orchestrator, container_exists, container_name, mouse_location,
+    pointer_event, read_rfb, rfb_handshake, ws_connect, ws_url,
+};
+use futures_util::{SinkExt, StreamExt};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options::default())?;
+    let sandbox = orchestrator
+        .create(json!({"metadata": {"team": "red", "run": "1"}, "idle_timeout_secs": 300, "resolution": "1024x768"}))
+        .await?;
+    let id = sandbox["id"].as_str().context("id")?.to_string();
+    assert_eq!(sandbox["status"], "ready");
+    assert_eq!(sandbox["resolution"], "1024x768");
+    assert!(
+        sandbox["urls"]["api"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/v1/sandboxes/{id}/api"))
+    );
+    assert!(sandbox["created_at"].is_string() && sandbox["expires_at"].is_string());
+    assert!(
+        sandbox.get("api_key").is_none(),
+        "the sandbox key is never shown"
+    );
+
+    // The container: ours, limited, no key in its environment, no published ports.
+    let inspect: Value = serde_json::from_str(&docker(&["inspect", &container_name(&id)])?)?;
+    let c = &inspect[0];
+    assert_eq!(c["Config"]["Labels"]["agentbox.managed"], "true");
+    assert_eq!(c["Config"]["Labels"]["agentbox.sandbox_id"], id.as_str());
+    assert_eq!(
+        c["Config"]["Labels"]["agentbox.instance"],
+        orchestrator.instance.as_str()
+    );
+    assert_eq!(c["HostConfig"]["CapDrop"], json!(["ALL"]));
+    assert_eq!(c["HostConfig"]["SecurityOpt"], json!(["no-new-privileges"]));
+    assert!(c["HostConfig"]["PidsLimit"].as_i64().unwrap() > 0);
+    assert!(c["HostConfig"]["Memory"].as_i64().unwrap() > 0);
+    assert!(c["HostConfig"]["NanoCpus"].as_i64().unwrap() > 0);
+    assert!(c["HostConfig"]["ShmSize"].as_i64().unwrap() > 64 * 1024 * 1024);
+    assert_eq!(
+        c["HostConfig"]["NetworkMode"],
+        orchestrator.network.as_str()
+    );
+    assert!(
+        c["HostConfig"]["PortBindings"]
+            .as_object()
+            .is_none_or(|p| p.is_empty())
+    );
+    let env = c["Config"]["Env"].to_string();
+    assert!(
+        env.contains("SANDBOX_API_KEY_FILE=/run/agentbox/api-key"),
+        "{env}"
+    );
+    assert!(env.contains("SANDBOXD_IDLE_EXIT_SECS="), "{env}");
+    assert!(
+        !env.contains("sbk_"),
+        "the key is not in the environment: {env}"
+    );
+    assert!(!c["HostConfig"]["Binds"].to_string().contains("docker.sock"));
+    assert_eq!(
+        docker(&[
+            "exec",
+            &container_name(&id),
+            "sh",
+            "-c",
+            "ls -A /run/agentbox"
+        ])?,
+        "vnc-passwords",
+        "sandboxd deleted the key file (only the VNC server's passwords are there)"
+    );
+    let network: Value =
+        serde_json::from_str(&docker(&["network", "inspect", &orchestrator.network])?)?;
+    assert_eq!(
+        network[0]["Options"]["com.docker.network.bridge.enable_icc"],
+        "false"
+    );
+
+    // List with filters.
+    let (status, list) = orchestrator
+        .get("/v1/sandboxes?metadata.team=red&status=ready")
+        .await?;
+    assert_eq!(status, 200);
+    assert_eq!(list["sandboxes"].as_array().unwrap().len(), 1);
+    let (_, list) = orchestrator.get("/v1/sandboxes?metadata.team=blue").await?;
+    assert_eq!(list["sandboxes"].as_array().unwrap().len(), 0);
+    let (status, error) = orchestrator.get("/v1/sandboxes?status=sleeping").await?;
+    assert_eq!(status, 422, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("status")
+    );
+    let (status, got) = orchestrator.get(&format!("/v1/sandboxes/{id}")).await?;
+    assert_eq!((status, got["id"].as_str()), (200, Some(id.as_str())));
+
+    // The sandbox API through the proxy, with the orchestrator's key.
+    let (status, ready) = orchestrator
+        .get(&format!("/v1/sandboxes/{id}/api/readyz"))
+        .await?;
+    assert_eq!((status, &ready["ready"]), (200, &json!(true)), "{ready}");
+    let (status, processes) = orchestrator
+        .get(&format!("/v1/sandboxes/{id}/api/v1/processes"))
+        .await?;
+    assert_eq!(status, 200);
+    assert!(
+        processes["data"]["programs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "chromium"),
+        "{processes}"
+    );
+    let (status, context) = orchestrator
+        .get(&format!("/v1/sandboxes/{id}/api/v1/sandbox?x=1"))
+        .await?;
+    assert_eq!(status, 200);
+    assert_eq!(context["data"]["home_dir"], "/home/agent");
+    // A POST with a body, and sandboxd's own 404 passed through unchanged.
+    let (status, body) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/api/v1/processes/no-such-program/restart"),
+            Some(ADMIN_KEY),
+            Some(json!({})),
+        )
+        .await?;
+    assert_eq!(status, 404, "{body}");
+    // The screen size reached sandboxd.
+    assert_eq!(
+        docker(&[
+            "exec",
+            &container_name(&id),
+            "sh",
+            "-c",
+            "xdpyinfo -display :1 | grep dimensions | awk '{print $2}'"
+        ])?,
+        "1024x768"
+    );
+
+    // Timeouts.
+    let (status, updated) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/timeout"),
+            Some(ADMIN_KEY),
+            Some(json!({"idle_timeout_secs": 120, "max_lifetime_secs": 7200})),
+        )
+        .await?;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(updated["idle_timeout_secs"], 120);
+    assert_eq!(updated["max_lifetime_secs"], 7200);
+    let (status, error) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/timeout"),
+            Some(ADMIN_KEY),
+            Some(json!({"idle_timeout_secs": 0})),
+        )
+        .await?;
+    assert_eq!(status, 422);
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("idle_timeout_secs"),
+        "{error}"
+    );
+
+    // Delete: container and record gone.
+    assert_eq!(orchestrator.delete(&id).await?, 204);
+    assert!(!container_exists(&id));
+    let (status, error) = orchestrator.get(&format!("/v1/sandboxes/{id}")).await?;
+    assert_eq!(status, 404);
+    assert_eq!(error["error"]["code"], "not_found");
+    assert_eq!(orchestrator.delete(&id).await?, 404);
+    assert!(orchestrator.containers().is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options::default())?;
+    let cases = [
+        (json!({"idle_timeout": 3}), 422, "idle_timeout"),
+        (
+            json!({"idle_timeout_secs": "soon"}),
+            422,
+            "idle_timeout_secs",
+        ),
+        (json!({"max_lifetime_secs": -1}), 422, "max_lifetime_secs"),
+        (json!({"resolution": "huge"}), 422, "resolution"),
+        (
+            json!({"env": {"SANDBOX_API_KEY": "x"}}),
+            422,
+            "env.SANDBOX_API_KEY",
+        ),
+        (json!({"env": {"BAD-NAME": "x"}}), 422, "env.BAD-NAME"),
+        (json!({"image": "alpine:latest"}), 422, "image"),
+    ];
+    for (body, status, field) in cases {
+        let (got, error) = orchestrator
+            .call(
+                Method::POST,
+                "/v1/sandboxes",
+                Some(ADMIN_KEY),
+                Some(body.clone()),
+            )
+            .await?;
+        assert_eq!(got, status, "{body} -> {error}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains(field),
+            "{body} -> {error}"
+        );
+    }
+    let response = orchestrator
+        .http
+        .post(orchestrator.u("/v1/sandboxes"))
+        .bearer_auth(ADMIN_KEY)
+        .body("{not json")
+        .send()
+        .await?;
+    assert_eq!(response.status(), 400);
+    let response = orchestrator
+        .http
+        .post(orchestrator.u("/v1/sandboxes"))
+        .bearer_auth(ADMIN_KEY)
+        .body(format!(
+            "{{\"metadata\":{{\"k\":\"{}\"}}}}",
+            "x".repeat(300 * 1024)
+        ))
+        .send()
+        .await?;
+    assert_eq!(response.status(), 413);
+    let (status, list) = orchestrator.get("/v1/sandboxes").await?;
+    assert_eq!(
+        (status, list["sandboxes"].as_array().map(Vec::len)),
+        (200, Some(0))
+    );
+    assert!(orchestrator.containers().is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_a_valid_key_or_token_are_refused() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options::default())?;
+    let (status, health) = orchestrator
+        .call(Method::GET, "/healthz", None, None)
+        .await?;
+    assert_eq!((status, &health["status"]), (200, &json!("ok")));
+    let (status, error) = orchestrator
+        .call(Method::GET, "/v1/sandboxes", None, None)
+        .await?;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (401, &json!("unauthorized"))
+    );
+    let (status, _) = orchestrator
+        .call(Method::GET, "/v1/sandboxes", Some("abk_not-a-key"), None)
+        .await?;
+    assert_eq!(status, 401);
+    let (status, _) = orchestrator
+        .call(Method::GET, "/metrics", None, None)
+        .await?;
+    assert_eq!(status, 401);
+
+    let a = orchestrator.create(json!({})).await?;
+    let b = orchestrator.create(json!({})).await?;
+    let a_id = a["id"].as_str().unwrap();
+    let b_id = b["id"].as_str().unwrap();
+
+    // A user key sees only its own sandboxes; keys are admin business.
+    let (status, created) = orchestrator
+        .call(
+            Method::POST,
+            "/v1/keys",
+            Some(ADMIN_KEY),
+            Some(json!({"name": "alice"})),
+        )
+        .await?;
+    assert_eq!(status, 201, "{created}");
+    let alice = created["key"].as_str().unwrap().to_string();
+    let alice_id = created["id"].as_str().unwrap().to_string();
+    let (status, list) = orchestrator
+        .call(Method::GET, "/v1/sandboxes", Some(&alice), None)
+        .await?;
+    assert_eq!(
+        (status, list["sandboxes"].as_array().map(Vec::len)),
+        (200, Some(0))
+    );
+    let (status, _) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{a_id}"),
+            Some(&alice),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 404);
+    let (status, _) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{a_id}/api/readyz"),
+            Some(&alice),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 404);
+    let (status, _) = orchestrator
+        .call(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{a_id}"),
+            Some(&alice),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 404);
+    let (status, _) = orchestrator
+        .call(Method::GET, "/v1/keys", Some(&alice), None)
+        .await?;
+    assert_eq!(status, 403);
+    let (status, _) = orchestrator
+        .call(Method::GET, "/metrics", Some(&alice), None)
+        .await?;
+    assert_eq!(status, 403);
+    let (status, keys) = orchestrator.get("/v1/keys").await?;
+    assert_eq!(status, 200);
+    assert!(
+        !keys.to_string().contains(&alice),
+        "key text is never listed"
+    );
+    // Revoked: refused at once.
+    let (status, _) = orchestrator
+        .call(
+            Method::DELETE,
+            &format!("/v1/keys/{alice_id}"),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 204);
+    let (status, error) = orchestrator
+        .call(Method::GET, "/v1/sandboxes", Some(&alice), None)
+        .await?;
+    assert_eq!(status, 401, "{error}");
+
+    // Viewer tokens: required, scoped to one sandbox, revocable.
+    let (status, _) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{a_id}/vnc/"),
+            None,
+            None,
+        )
+        .await?;
+    assert_eq!(status, 401);
+    let token_a = orchestrator.token(a_id, "control").await?;
+    let token_a_text = token_a["token"].as_str().unwrap();
+    let viewer_url = token_a["viewer_url"].as_str().unwrap();
+    assert!(
+        viewer_url.ends_with(&format!("/v1/sandboxes/{a_id}/vnc/?token={token_a_text}")),
+        "{viewer_url}"
+    );
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let response = no_redirects.get(viewer_url).send().await?;
+    assert_eq!(response.status(), 303, "the token is traded for a cookie");
+    assert_eq!(
+        response.headers()["location"],
+        format!("/v1/sandboxes/{a_id}/vnc/").as_str(),
+        "and taken out of the address"
+    );
+    let cookie = response.headers()["set-cookie"].to_str()?.to_string();
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        &format!("Path=/v1/sandboxes/{a_id}/vnc"),
+    ] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    let session = cookie.split(';').next().unwrap().to_string();
+    let page = no_redirects
+        .get(orchestrator.u(&format!("/v1/sandboxes/{a_id}/vnc/")))
+        .header("cookie", &session)
+        .send()
+        .await?;
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-security-policy"]
+            .to_str()?
+            .contains("script-src 'self'")
+    );
+    assert!(page.text().await?.contains("Agentbox · live desktop"));
+    let (status, error) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{b_id}/vnc/?token={token_a_text}"),
+            None,
+            None,
+        )
+        .await?;
+    assert_eq!(status, 403, "a token for another sandbox: {error}");
+    let tampered = format!("{}x", &token_a_text[..token_a_text.len() - 1]);
+    let (status, _) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{a_id}/vnc/?token={tampered}"),
+            None,
+            None,
+        )
+        .await?;
+    assert_eq!(status, 401);
+    // A view token does not open CDP; a control token does.
+    let view_a = orchestrator.token(a_id, "view").await?;
+    let (status, _) = orchestrator
+        .call(
+            Method::GET,
+            &format!(
+                "/v1/sandboxes/{a_id}/cdp/json/version?token={}",
+                view_a["token"].as_str().unwrap()
+            ),
+            None,
+            None,
+        )
+        .await?;
+    assert_eq!(status, 403);
+    let (status, version) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{a_id}/cdp/json/version?token={token_a_text}"),
+            None,
+            None,
+        )
+        .await?;
+    assert_eq!(status, 200, "{version}");
+    let (status, _) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{a_id}/cdp/json/version"),
+            None,
+            None,
+        )
+        .await?;
+    assert_eq!(status, 401);
+    // Revocation.
+    let (status, revoked) = orchestrator
+        .call(
+            Method::DELETE,
+            &format!(
+                "/v1/sandboxes/{a_id}/tokens/{}",
+                token_a["id"].as_str().unwrap()
+            ),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await?;
+    assert_eq!((status, &revoked["revoked"]), (200, &json!(1)));
+    let (status, _) = orchestrator
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{a_id}/vnc/?token={token_a_text}"),
+            None,
+            None,
+        )
+        .await?;
+    assert_eq!(status, 401);
+    // Bad token requests.
+    let (status, error) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{a_id}/tokens"),
+            Some(ADMIN_KEY),
+            Some(json!({"scope": "admin"})),
+        )
+        .await?;
+    assert_eq!(status, 422, "{error}");
+    let (status, _) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{a_id}/tokens"),
+            Some(ADMIN_KEY),
+            Some(json!({"scope": "view", "ttl_secs": 0})),
+        )
+        .await?;
+    assert_eq!(status, 422);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn view_tokens_never_move_the_pointer_control_tokens_do() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options::default())?;
+    let sandbox = orchestrator.create(json!({})).await?;
+    let id = sandbox["id"].as_str().unwrap().to_string();
+    docker(&[
+        "exec",
+        &container_name(&id),
+        "xdotool",
+        "mousemove",
+        "10",
+        "10",
+    ])?;
+    assert_eq!(mouse_location(&id)?, (10, 10));
+
+    let view = orchestrator.token(&id, "view").await?;
+    let control = orchestrator.token(&id, "control").await?;
+    let vnc_url = |token: &Value| {
+        ws_url(&orchestrator.u(&format!(
+            "/v1/sandboxes/{id}/vnc/websockify?token={}",
+            token["token"].as_str().unwrap()
+        )))
+    };
+
+    // Two viewers at once: a view one and a control one.
+    let mut viewer = ws_connect(&vnc_url(&view), None, Some("binary")).await?;
+    let mut viewer_pending = Vec::new();
+    let (w, h) = rfb_handshake(&mut viewer, &mut viewer_pending).await?;
+    assert_eq!((w, h), (1280, 800));
+    for (x, y) in [(300, 300), (400, 250), (500, 500)] {
+        viewer.send(pointer_event(x, y)).await?;
+    }
+    // Key and clipboard too: dropped as well (the session stays open).
+    viewer
+        .send(Message::Binary(vec![4u8, 1, 0, 0, 0, 0, 0, 0x61].into()))
+        .await?;
+    viewer
+        .send(Message::Binary(
+            vec![6u8, 0, 0, 0, 0, 0, 0, 2, b'h', b'i'].into(),
+        ))
+        .await?;
+    // A FramebufferUpdateRequest passes, and the server answers it: the session is alive.
+    viewer
+        .send(Message::Binary(
+            vec![3u8, 0, 0, 0, 0, 0, 0, 16, 0, 16].into(),
+        ))
+        .await?;
+    let update = read_rfb(&mut viewer, &mut viewer_pending, 1).await?;
+    assert_eq!(
+        update[0], 0,
+        "a FramebufferUpdate comes back to the view session"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        mouse_location(&id)?,
+        (10, 10),
+        "view-only pointer events never reach the X server"
+    );
+
+    let mut controller = ws_connect(&vnc_url(&control), None, Some("binary")).await?;
+    let mut controller_pending = Vec::new();
+    rfb_handshake(&mut controller, &mut controller_pending).await?;
+    controller.send(pointer_event(321, 234)).await?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if mouse_location(&id)? == (321, 234) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the control session's pointer event did not arrive: {:?}",
+                mouse_location(&id)?
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The view session is still attached (shared), and still cannot move anything.
+    viewer.send(pointer_event(5, 5)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(mouse_location(&id)?, (321, 234));
+
+    // An unknown message type closes a view session.
+    viewer
+        .send(Message::Binary(vec![77u8, 1, 2, 3].into()))
+        .await?;
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match viewer.next().await {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return true,
+                _ => {}
+            }
+        }
+    })
+    .await?;
+    assert!(closed);
+
+    // Revoking the control token closes its session.
+    let (status, _) = orchestrator
+        .call(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{id}/tokens"),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 200);
+    let closed = tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            match controller.next().await {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return true,
+                _ => {}
+            }
+        }
+    })
+    .await?;
+    assert!(closed, "a revoked token's session is closed");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdp_works_through_the_proxy() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options::default())?;
+    let sandbox = orchestrator.create(json!({})).await?;
+    let id = sandbox["id"].as_str().unwrap().to_string();
+    let cdp = sandbox["urls"]["cdp"].as_str().unwrap().to_string();
+    assert!(
+        ws_connect(&cdp, None, None).await.is_err(),
+        "CDP needs a key"
+    );
+    let mut socket = ws_connect(&cdp, Some(ADMIN_KEY), None).await?;
+    socket
+        .send(Message::Text(
+            json!({"id": 1, "method": "Browser.getVersion"})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+    let answer = loop {
+        let message = tokio::time::timeout(Duration::from_secs(20), socket.next())
+            .await?
+            .context("closed")??;
+        if let Message::Text(text) = message {
+            let value: Value = serde_json::from_str(&text)?;
+            if value["id"] == 1 {
+                break value;
+            }
+        }
+    };
+    assert!(
+        answer["result"]["product"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Chrome"),
+        "{answer}"
+    );
+    // /json/version points back at the orchestrator.
+    let (status, version) = orchestrator
+        .get(&format!("/v1/sandboxes/{id}/cdp/json/version"))
+        .await?;
+    assert_eq!(status, 200);
+    let debugger = version["webSocketDebuggerUrl"].as_str().unwrap();
+    assert!(
+        debugger.starts_with(&ws_url(
+            &orchestrator.u(&format!("/v1/sandboxes/{id}/cdp/devtools/browser/"))
+        )),
+        "{debugger}"
+    );
+    let mut socket = ws_connect(debugger, Some(ADMIN_KEY), None).await?;
+    socket
+        .send(Message::Text(
+            json!({"id": 7, "method": "Target.getTargets"})
+                .to_string()
+                .into(),
+        ))
+        .await?;
+    let message = tokio::time::timeout(Duration::from_secs(20), socket.next())
+        .await?
+        .context("closed")??;
+    assert!(message.to_text()?.contains("targetInfos"), "{message}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sandboxes_are_reaped_and_activity_keeps_them() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options::default())?;
+    let short = orchestrator.create(json!({"max_lifetime_secs": 5})).await?;
+    let short_id = short["id"].as_str().unwrap().to_string();
+    let busy = orchestrator.create(json!({"idle_timeout_secs": 4})).await?;
+    let busy_id = busy["id"].as_str().unwrap().to_string();
+    // Proxied calls every second for longer than the idle timeout keep it alive.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(8) {
+        let (status, _) = orchestrator
+            .get(&format!("/v1/sandboxes/{busy_id}/api/v1/processes"))
+            .await?;
+        assert_eq!(status, 200, "kept alive by activity");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(container_exists(&busy_id));
+    // The absolute lifetime ends the other one even though nothing checks idleness on it.
+    orchestrator
+        .wait_for("the lifetime limit", Duration::from_secs(60), async || {
+            !container_exists(&short_id)
+        })
+        .await?;
+    // Left alone, the first is reaped.
+    orchestrator
+        .wait_for("idle reaping", Duration::from_secs(60), async || {
+            !container_exists(&busy_id)
+        })
+        .await?;
+    let (status, _) = orchestrator
+        .get(&format!("/v1/sandboxes/{busy_id}"))
+        .await?;
+    assert_eq!(status, 404);
+    assert!(orchestrator.containers().is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_fails_to_get_ready_is_removed_and_reported_with_its_logs()
+-> anyhow::Result<()> {
+    // Nothing starts the desktop in one second: every create fails the readiness check.
+    let orchestrator = Orchestrator::start(Options {
+        ready_timeout_secs: 1,
+        ..Options::default()
+    })?;
+    let (status, error) = orchestrator
+        .call(
+            Method::POST,
+            "/v1/sandboxes",
+            Some(ADMIN_KEY),
+            Some(json!({})),
+        )
+        .await?;
+    assert_eq!(status, 503, "{error}");
+    assert_eq!(error["error"]["code"], "sandbox_not_ready");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not ready after"),
+        "{error}"
+    );
+    assert!(
+        !error["error"]["logs"].as_str().unwrap_or("").is_empty(),
+        "the container's output is reported: {error}"
+    );
+    assert!(
+        orchestrator.containers().is_empty(),
+        "no container left behind"
+    );
+    let (_, list) = orchestrator.get("/v1/sandboxes").await?;
+    assert_eq!(
+        list["sandboxes"].as_array().map(Vec::len),
+        Some(0),
+        "no record left behind"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_and_restart_adopts_live_sandboxes_and_removes_orphans() -> anyhow::Result<()> {
+    // Heartbeats every 5 s: sandboxes outlive the dead orchestrator for 15 s.
+    let mut orchestrator = Orchestrator::start(Options {
+        heartbeat_secs: 5,
+        ..Options::default()
+    })?;
+    let kept = orchestrator
+        .create(json!({"metadata": {"role": "kept"}}))
+        .await?;
+    let kept_id = kept["id"].as_str().unwrap().to_string();
+    let vanished = orchestrator.create(json!({})).await?;
+    let vanished_id = vanished["id"].as_str().unwrap().to_string();
+
+    orchestrator.kill9();
+    // While it is down: one container disappears, and an orphan of ours appears.
+    docker(&["rm", "-f", &container_name(&vanished_id)])?;
+    let orphan = docker(&[
+        "create",
+        "--label",
+        "agentbox.managed=true",
+        "--label",
+        &format!("agentbox.instance={}", orchestrator.instance),
+        "--label",
+        "agentbox.sandbox_id=sbx-orphan",
+        "--network",
+        &orchestrator.network,
+        &agentbox_tests::sandbox_image(),
+    ])?;
+    orchestrator.restart()?;
+
+    let (status, adopted) = orchestrator
+        .get(&format!("/v1/sandboxes/{kept_id}"))
+        .await?;
+    assert_eq!(
+        (status, &adopted["status"]),
+        (200, &json!("ready")),
+        "{adopted}"
+    );
+    let (status, _) = orchestrator
+        .get(&format!("/v1/sandboxes/{kept_id}/api/readyz"))
+        .await?;
+    assert_eq!(status, 200, "the adopted sandbox answers through the proxy");
+    let (status, lost) = orchestrator
+        .get(&format!("/v1/sandboxes/{vanished_id}"))
+        .await?;
+    assert_eq!((status, &lost["status"]), (200, &json!("lost")), "{lost}");
+    assert!(
+        docker(&["inspect", &orphan]).is_err(),
+        "the orphan was removed"
+    );
+    // Heartbeats resumed: the adopted sandbox outlives its dead-man switch (15 s).
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(
+        container_exists(&kept_id),
+        "the heartbeat keeps the adopted sandbox alive"
+    );
+    // The lost record can be deleted.
+    assert_eq!(orchestrator.delete(&vanished_id).await?, 204);
+    assert_eq!(orchestrator.delete(&kept_id).await?, 204);
+    assert!(orchestrator.containers().is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_heartbeats_sandboxes_stop_by_themselves() -> anyhow::Result<()> {
+    let mut orchestrator = Orchestrator::start(Options {
+        heartbeat_secs: 1,
+        ..Options::default()
+    })?;
+    let sandbox = orchestrator.create(json!({})).await?;
+    let id = sandbox["id"].as_str().unwrap().to_string();
+    orchestrator.kill9();
+    // SANDBOXD_IDLE_EXIT_SECS = 3: sandboxd exits and auto-remove deletes the container.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while container_exists(&id) {
+        if Instant::now() > deadline {
+            bail!("the dead-man switch did not fire");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warm_pool_hands_out_ready_sandboxes_and_refills() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options {
+        pool_size: 1,
+        ..Options::default()
+    })?;
+    let metric = async |name: &str| -> f64 {
+        let Ok(response) = orchestrator
+            .http
+            .get(orchestrator.u("/metrics"))
+            .bearer_auth(ADMIN_KEY)
+            .send()
+            .await
+        else {
+            return -1.0;
+        };
+        let text = response.text().await.unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(-1.0)
+    };
+    orchestrator
+        .wait_for(
+            "a ready pool member",
+            Duration::from_secs(180),
+            async || metric("agentbox_pool_ready").await == 1.0,
+        )
+        .await?;
+    let (_, list) = orchestrator.get("/v1/sandboxes").await?;
+    assert_eq!(
+        list["sandboxes"].as_array().map(Vec::len),
+        Some(0),
+        "pool members are not listed"
+    );
+
+    let started = Instant::now();
+    let claimed = orchestrator
+        .create(json!({"metadata": {"from": "pool"}}))
+        .await?;
+    let took = started.elapsed();
+    let id = claimed["id"].as_str().unwrap().to_string();
+    assert_eq!(claimed["status"], "ready");
+    assert_eq!(claimed["metadata"]["from"], "pool");
+    // It was ready before it was claimed.
+    assert!(
+        claimed["ready_at"].as_str().unwrap() <= claimed["created_at"].as_str().unwrap(),
+        "{claimed}"
+    );
+    let (status, _) = orchestrator
+        .get(&format!("/v1/sandboxes/{id}/api/readyz"))
+        .await?;
+    assert_eq!(status, 200);
+    eprintln!("pool claim took {took:?}");
+    // The pool refills.
+    orchestrator
+        .wait_for("the pool to refill", Duration::from_secs(180), async || {
+            metric("agentbox_pool_ready").await == 1.0
+        })
+        .await?;
+    assert_eq!(orchestrator.containers().len(), 2);
+    // A request the pool cannot serve (custom env) gets a cold sandbox.
+    let cold = orchestrator.create(json!({"env": {"MY_VAR": "1"}})).await?;
+    assert!(cold["ready_at"].as_str().unwrap() > cold["created_at"].as_str().unwrap());
+    assert_eq!(orchestrator.delete(&id).await?, 204);
+    assert_eq!(
+        orchestrator.delete(cold["id"].as_str().unwrap()).await?,
+        204
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_creates_all_succeed_and_are_cleaned_up() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options {
+        ready_timeout_secs: 900,
+        heartbeat_secs: 10,
+        extra_args: vec!["--memory-mib".into(), "1024".into()],
+        ..Options::default()
+    })?;
+    let creates = (0..20).map(|i| orchestrator.create(json!({"metadata": {"n": i.to_string()}})));
+    let results = futures_util::future::join_all(creates).await;
+    let mut ids = Vec::new();
+    for result in results {
+        let sandbox = result?;
+        assert_eq!(sandbox["status"], "ready");
+        ids.push(sandbox["id"].as_str().unwrap().to_string());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 20);
+    assert_eq!(orchestrator.containers().len(), 20);
+    // Every one answers through the proxy.
+    for id in &ids {
+        let (status, _) = orchestrator
+            .get(&format!("/v1/sandboxes/{id}/api/readyz"))
+            .await?;
+        assert_eq!(status, 200, "{id}");
+    }
+    let deletes = ids.iter().map(|id| orchestrator.delete(id));
+    for status in futures_util::future::join_all(deletes).await {
+        assert_eq!(status?, 204);
+    }
+    assert!(orchestrator.containers().is_empty());
+    let (_, list) = orchestrator.get("/v1/sandboxes").await?;
+    assert_eq!(list["sandboxes"].as_array().map(Vec::len), Some(0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_openapi_are_served() -> anyhow::Result<()> {
+    let orchestrator = Orchestrator::start(Options::default())?;
+    let (status, document) = orchestrator.get("/v1/openapi.json").await?;
+    assert_eq!(status, 200);
+    for path in [
+        "/v1/sandboxes",
+        "/v1/sandboxes/{id}",
+        "/v1/sandboxes/{id}/timeout",
+        "/v1/sandboxes/{id}/tokens",
+        "/v1/keys",
+        "/healthz",
+    ] {
+        assert!(document["paths"].get(path).is_some(), "{path} documented");
+    }
+    let _ = orchestrator.get("/v1/sandboxes").await?;
+    let text = orchestrator
+        .http
+        .get(orchestrator.u("/metrics"))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        text.contains(
+            "agentbox_http_requests_total{method=\"GET\",route=\"/v1/sandboxes\",status=\"200\"}"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("agentbox_pool_ready"));
+    // Logs are JSON lines with request ids.
+    let log = orchestrator.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("request finished"))
+        .context("a request log line")?;
+    let value: Value = serde_json::from_str(line)?;
+    assert!(
+        value["span"]["request_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("orc-")),
+        "{line}"
+    );
+    Ok(())
+}
