@@ -1131,11 +1131,31 @@ fn take_saved_state(state: &SessionDir) -> Option<PathBuf> {
     let _ = state.root.remove_file(&cwd_next);
     let cwd = String::from_utf8(cwd).ok()?;
     let cwd = cwd.strip_suffix('\n').unwrap_or(&cwd);
-    (!cwd.is_empty() && cwd.starts_with('/')).then(|| PathBuf::from(cwd))
+    if cwd.is_empty() || !cwd.starts_with('/') {
+        return None;
+    }
+    // bash saves the name it knows (`$PWD`, or what `pwd` prints from it) even when the command
+    // removed that directory: as with the done report's directory read from /proc, a removed
+    // one does not become the session's. (Only this fallback pays the lookup: it runs when the
+    // report was missed, e.g. bash exited before sandboxd read it on a loaded machine.)
+    let cwd = PathBuf::from(cwd);
+    match std::fs::metadata(&cwd) {
+        Ok(metadata) if !metadata.is_dir() => None,
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            None
+        }
+        _ => Some(cwd),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::state::StateRoot;
     use super::*;
 
     #[test]
@@ -1170,6 +1190,37 @@ mod tests {
         );
         for cut in 0..physical.len() {
             assert_eq!(parse_report(&physical[..cut], "m.1"), None, "cut at {cut}");
+        }
+    }
+
+    /// The state bash saved is what the session keeps when the done report was missed, but a
+    /// directory the command removed is not (issue 28: the test of the directory a command
+    /// leaves failed under load, when bash exited before sandboxd read its report).
+    #[test]
+    fn a_saved_directory_that_was_removed_is_not_kept() {
+        let scratch = tempfile::tempdir().unwrap();
+        let root = Arc::new(StateRoot::create(scratch.path().join("state"), None).unwrap());
+        root.make_private_dir("s", None).unwrap();
+        let session = SessionDir {
+            root: root.clone(),
+            name: "s".to_string(),
+        };
+        let kept = scratch.path().join("a dir\nwith newline");
+        std::fs::create_dir(&kept).unwrap();
+        let gone = kept.join("gone");
+        let file = scratch.path().join("a file");
+        std::fs::write(&file, b"").unwrap();
+        let save = |dir: &Path| {
+            let mut text = dir.as_os_str().as_encoded_bytes().to_vec();
+            text.push(b'\n');
+            std::fs::write(session.path().join(SAVED_CWD_NEXT), text).unwrap();
+        };
+        save(&kept);
+        assert_eq!(take_saved_state(&session), Some(kept.clone()));
+        assert_eq!(take_saved_state(&session), None, "taken once");
+        for removed in [&gone, &file, &file.join("below")] {
+            save(removed);
+            assert_eq!(take_saved_state(&session), None, "{}", removed.display());
         }
     }
 
