@@ -14,7 +14,7 @@
 //!
 //! The screen shows a page with text and a table (opened over CDP), not a blank desktop.
 //!
-//! `cargo run --release -p agentbox-bench --bin capabilities -- --iterations 50`
+//! `cargo run --release -p agentbox-bench -- capabilities --iterations 50`
 
 use std::time::{Duration, Instant};
 

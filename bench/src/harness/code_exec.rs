@@ -4,7 +4,7 @@
 //! `docker exec <id> node -e 'console.log(1)'`, in the same container and the same run. The
 //! first Jupyter call (which starts the kernel) is reported apart.
 //!
-//! `cargo run --release -p agentbox-bench --bin code-exec -- --iterations 30`
+//! `cargo run --release -p agentbox-bench -- code-exec --iterations 30`
 
 use std::time::{Duration, Instant};
 

@@ -16,7 +16,7 @@
 //! Each way runs alone (one after the other), with the watcher at AIO's default `debounce`
 //! (300 ms): the writer closing the file ends the coalescing window, so it is not waited out.
 //!
-//! `cargo run --release -p agentbox-bench --bin file-watch -- --iterations 30`
+//! `cargo run --release -p agentbox-bench -- file-watch --iterations 30`
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -15,7 +15,7 @@
 //! too (from `/proc/<pid>/stat` in the first container, over 5 s with a viewer connected and
 //! 5 s after it left): how it polls the screen decides both figures.
 //!
-//! `cargo run --release -p agentbox-bench --bin first-view -- --iterations 10`
+//! `cargo run --release -p agentbox-bench -- first-view --iterations 10`
 
 use std::time::{Duration, Instant};
 

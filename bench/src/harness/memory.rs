@@ -24,7 +24,7 @@
 //! `--env NAME=VALUE` (repeatable) passes environment to the sandboxes, e.g. `CHROMIUM_FLAGS`, to
 //! try a flag without rebuilding the image.
 //!
-//! `cargo run --release -p agentbox-bench --bin memory -- --image agentbox/sandbox:latest`
+//! `cargo run --release -p agentbox-bench -- memory --image agentbox/sandbox:latest`
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

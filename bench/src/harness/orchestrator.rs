@@ -10,7 +10,7 @@
 //! 4. **control plane**: `GET /v1/sandboxes` from 200 concurrent clients on loopback (with the
 //!    20 sandboxes listed): p50, p99, requests per second.
 //!
-//! `cargo build --release -p orchestrator && cargo run --release -p agentbox-bench --bin orchestrator-bench -- --iterations 10`
+//! `cargo build --release -p orchestrator && cargo run --release -p agentbox-bench -- orchestrator --iterations 10`
 
 use std::process::Stdio;
 use std::sync::Arc;

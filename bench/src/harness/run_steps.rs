@@ -12,7 +12,7 @@
 //! that step's `model_ms`; SHELL and WAIT_SETTLED steps (whose time is the command's or the
 //! wait's own) are left out. Goal: median <= 150 ms, p95 <= 400 ms, at most 25 ms above raw.
 //!
-//! `cargo build --release -p orchestrator && cargo run --release -p agentbox-bench --bin run-steps -- --iterations 3`
+//! `cargo build --release -p orchestrator && cargo run --release -p agentbox-bench -- run-steps --iterations 3`
 
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@
 //! - spaced 100 ms apart, a new session each call (an agent thinking between commands);
 //! - back to back in one session (its state carried from command to command).
 //!
-//! `cargo run --release -p agentbox-bench --bin shell-exec -- --iterations 50 --rounds 2`
+//! `cargo run --release -p agentbox-bench -- shell-exec --iterations 50 --rounds 2`
 
 use std::time::{Duration, Instant};
 

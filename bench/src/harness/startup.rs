@@ -7,7 +7,7 @@
 //! Both arms run alternately in one run, on a private network with fixed addresses, polled every
 //! 5 ms from the host. Also reports sandboxd's own RSS once ready and the container's memory.
 //!
-//! `cargo run --release -p agentbox-bench --bin startup -- --iterations 15`
+//! `cargo run --release -p agentbox-bench -- startup --iterations 15`
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -5,7 +5,8 @@
 //! private networks and cloud metadata (169.254.169.254). Two chains per sandbox network,
 //! hooked on the network's bridge interface:
 //!
-//! - `ABX-F-<hash>` in `DOCKER-USER` (or `FORWARD`): traffic leaving through the host. Replies
+//! - `ABX-F-<hash>` in `DOCKER-USER` and `FORWARD` (both: Docker re-inserts its jump to
+//!   `DOCKER-USER` now and then, see [`apply`]): traffic leaving through the host. Replies
 //!   pass; allow-listed destinations pass; with [`EgressPolicy::Public`] private, loopback,
 //!   link-local, CGNAT, benchmark, multicast and reserved ranges are dropped and the rest (the
 //!   internet) passes; with [`EgressPolicy::None`] everything is dropped.
@@ -152,22 +153,58 @@ impl EgressRules {
         rules.push(rule(&input, &["-j", "DROP"]));
         rules
     }
+
+    /// [`Self::chain_rules`] as one `iptables-restore --noflush` transaction: declaring a chain
+    /// there creates it or empties it, and the rules that follow land in the same commit.
+    pub fn restore_script(&self) -> String {
+        let mut script = format!(
+            "*filter\n:{} - [0:0]\n:{} - [0:0]\n",
+            self.forward_chain(),
+            self.input_chain()
+        );
+        for rule in self.chain_rules() {
+            script.push_str(&rule.join(" "));
+            script.push('\n');
+        }
+        script.push_str("COMMIT\n");
+        script
+    }
 }
 
 // The orchestrator runs no reaper (it is not a sandbox's PID 1, and `iptables` leaves no
 // orphans behind): tokio waits for this child itself, as for no other. The host side's one spawn.
 #[allow(clippy::disallowed_methods)]
-async fn iptables(args: &[String]) -> Result<std::process::Output, EgressError> {
-    tokio::process::Command::new("iptables")
+async fn run(
+    program: &str,
+    args: &[String],
+    input: Option<&[u8]>,
+) -> Result<std::process::Output, EgressError> {
+    use tokio::io::AsyncWriteExt;
+    let unavailable = |e: std::io::Error| EgressError::Unavailable(format!("{program}: {e}"));
+    let mut child = tokio::process::Command::new(program)
         .arg("-w")
         .args(args)
-        .output()
-        .await
-        .map_err(|e| EgressError::Unavailable(e.to_string()))
+        .stdin(if input.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(unavailable)?;
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(input).await.map_err(unavailable)?;
+    }
+    child.wait_with_output().await.map_err(unavailable)
 }
 
-async fn must(args: &[String]) -> Result<(), EgressError> {
-    let output = iptables(args).await?;
+async fn iptables(args: &[String]) -> Result<std::process::Output, EgressError> {
+    run("iptables", args, None).await
+}
+
+fn check(args: String, output: std::process::Output) -> Result<(), EgressError> {
     if output.status.success() {
         return Ok(());
     }
@@ -175,10 +212,11 @@ async fn must(args: &[String]) -> Result<(), EgressError> {
     if message.contains("Permission denied") || message.contains("you must be root") {
         return Err(EgressError::Unavailable(message));
     }
-    Err(EgressError::Failed {
-        args: args.join(" "),
-        message,
-    })
+    Err(EgressError::Failed { args, message })
+}
+
+async fn must(args: &[String]) -> Result<(), EgressError> {
+    check(args.join(" "), iptables(args).await?)
 }
 
 async fn succeeds(args: &[String]) -> Result<bool, EgressError> {
@@ -197,20 +235,29 @@ pub async fn apply(rules: &EgressRules) -> Result<(), EgressError> {
     }
     let forward = rules.forward_chain();
     let input = rules.input_chain();
-    for chain in [&forward, &input] {
-        // -N fails when the chain exists; -F then empties it.
-        let _ = succeeds(&strings(&["-N", chain])).await?;
-        must(&strings(&["-F", chain])).await?;
+    // Both chains' contents in one transaction: a rebuild (at every start, with sandboxes
+    // running) never leaves a chain empty, which would let everything through for a moment.
+    let script = rules.restore_script();
+    check(
+        "iptables-restore --noflush".to_string(),
+        run(
+            "iptables-restore",
+            &strings(&["--noflush"]),
+            Some(script.as_bytes()),
+        )
+        .await?,
+    )?;
+    // Hooked into FORWARD itself as well as DOCKER-USER: Docker deletes and re-inserts its
+    // `FORWARD -j DOCKER-USER` jump whenever it creates a network, and a first packet sent in
+    // that moment would pass Docker's own ACCEPT rules (and its connection every reply rule
+    // after it). Docker never removes other rules from FORWARD.
+    let mut hooks = Vec::new();
+    if succeeds(&strings(&["-L", "DOCKER-USER", "-n"])).await? {
+        hooks.push(("DOCKER-USER", &forward));
     }
-    for rule in rules.chain_rules() {
-        must(&rule).await?;
-    }
-    let parent = if succeeds(&strings(&["-L", "DOCKER-USER", "-n"])).await? {
-        "DOCKER-USER"
-    } else {
-        "FORWARD"
-    };
-    for (parent, chain) in [(parent, &forward), ("INPUT", &input)] {
+    hooks.push(("FORWARD", &forward));
+    hooks.push(("INPUT", &input));
+    for (parent, chain) in hooks {
         let hook = strings(&["-i", &rules.bridge, "-j", chain]);
         let mut check = strings(&["-C", parent]);
         check.extend(hook.iter().cloned());
@@ -273,6 +320,31 @@ mod tests {
             !text
                 .iter()
                 .any(|r| r.ends_with("-j RETURN") && !r.contains("ctstate"))
+        );
+    }
+
+    #[test]
+    fn the_chains_are_rebuilt_in_one_transaction() {
+        let rules = EgressRules {
+            bridge: "abx-1".into(),
+            policy: EgressPolicy::Public,
+            allow: vec!["10.9.0.0/16".parse().unwrap()],
+        };
+        let script = rules.restore_script();
+        let lines: Vec<&str> = script.lines().collect();
+        assert_eq!(lines[0], "*filter");
+        assert_eq!(lines[1], format!(":{} - [0:0]", rules.forward_chain()));
+        assert_eq!(lines[2], format!(":{} - [0:0]", rules.input_chain()));
+        assert_eq!(lines.last(), Some(&"COMMIT"));
+        let body: Vec<String> = rules.chain_rules().iter().map(|r| r.join(" ")).collect();
+        assert_eq!(lines[3..lines.len() - 1], body[..]);
+        // Every argument is one word: joined with spaces, the rules parse back as they were.
+        assert!(
+            rules
+                .chain_rules()
+                .iter()
+                .flatten()
+                .all(|a| !a.contains(char::is_whitespace))
         );
     }
 

@@ -986,6 +986,57 @@ async fn finding_8_sandboxes_reach_the_internet_but_not_the_host_or_private_netw
     Ok(())
 }
 
+/// Puts Docker's `FORWARD -j DOCKER-USER` jump back where Docker keeps it, even when the test
+/// fails.
+struct DockerUserJump;
+
+impl Drop for DockerUserJump {
+    fn drop(&mut self) {
+        let present = host_command("iptables", &["-w", "-C", "FORWARD", "-j", "DOCKER-USER"])
+            .is_ok_and(|o| o.status.success());
+        if !present {
+            let _ = host_command("iptables", &["-w", "-I", "FORWARD", "-j", "DOCKER-USER"]);
+        }
+    }
+}
+
+/// Finding 8, second part (seen as the first part failing now and then when tests ran side by
+/// side): Docker re-arranges its `FORWARD -j DOCKER-USER` jump whenever a network is created
+/// (it deletes the jump and inserts it again at the top). A sandbox's first packet sent in that
+/// moment bypassed the rules hooked only into DOCKER-USER, and once its connection was
+/// established, every later packet was a reply. Here the moment is held open: with the jump
+/// gone, `--egress none` still lets nothing out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_8_egress_holds_while_docker_rearranges_its_forward_chain() -> anyhow::Result<()> {
+    let tag = format!("{:x}", agentbox_tests::rand_u64() & 0xfff);
+    // Not the first part's addresses: the two tests may run at the same time.
+    let public_ns = format!("abr{tag}");
+    let _hosts = NetHosts::start(&[(&public_ns, "203.0.113.1/24", &["203.0.113.2/24"])])?;
+    let closed = Orchestrator::start(Options {
+        extra_args: vec!["--egress".into(), "none".into()],
+        ..Options::default()
+    })?;
+    let sandbox = closed.create(json!({})).await?;
+    let id = sandbox["id"].as_str().context("id")?.to_string();
+    assert!(!reaches(&id, "http://203.0.113.2/"), "the premise");
+
+    // What Docker does for a moment on every network it creates, held for the test.
+    let restore = DockerUserJump;
+    let removed = host_command("iptables", &["-w", "-D", "FORWARD", "-j", "DOCKER-USER"])?;
+    anyhow::ensure!(
+        removed.status.success(),
+        "no DOCKER-USER jump to remove: {}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    let reached = reaches(&id, "http://203.0.113.2/");
+    drop(restore);
+    assert!(
+        !reached,
+        "--egress none reached the internet while Docker re-arranged FORWARD"
+    );
+    Ok(())
+}
+
 // ---- finding 9 ----
 
 /// Finding 9: a client gone mid-create left an undeletable `creating` row; a cancelled delete
