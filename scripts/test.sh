@@ -107,31 +107,56 @@ python_env() {
   fi
 }
 
-# Runs pytest and adds its per-test counts to the totals, as `nextest` does.
+# The Python suites, as groups that run side by side (each its own pytest with its own
+# sandbox or orchestrator: they wait on containers and browsers more than they use the cores).
+# The sandboxd contract run (schemathesis, ~110 s) is a group of its own.
+python_groups=(
+  "tests/python/sandbox/test_sandboxd_contract.py"
+  "tests/python/sandbox --ignore=tests/python/sandbox/test_sandboxd_contract.py"
+  "tests/python/orchestrator tests/python/console"
+)
+
+# Runs the Python groups side by side and adds their per-test counts to the totals, as
+# `nextest` does; each group's output is printed whole once it is done.
 pytests() {
-  local out
-  out=$(mktemp)
-  ORCHESTRATOR_BIN="$(target_dir "$root")/release/orchestrator" \
-    "$venv/bin/pytest" -q -p no:cacheprovider tests/python 2>&1 | tee "$out"
-  local status=${PIPESTATUS[0]}
-  local summary
-  summary=$(grep -E '(passed|failed|error)' "$out" | tail -1)
-  local p f e
+  local dir group i pids=() status=0
+  dir=$(mktemp -d)
+  for i in "${!python_groups[@]}"; do
+    read -r -a group <<<"${python_groups[$i]}"
+    ORCHESTRATOR_BIN="$(target_dir "$root")/release/orchestrator" \
+      "$venv/bin/pytest" -q -p no:cacheprovider "${group[@]}" >"$dir/$i.out" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    local one=0
+    wait "${pids[$i]}" || one=$?
+    log "pytest ${python_groups[$i]} (exit $one)"
+    cat "$dir/$i.out"
+    count_pytest "$dir/$i.out" "$one" || status=1
+  done
+  rm -rf "$dir"
+  return "$status"
+}
+
+# Adds one pytest run's counts (its output file, its exit status) to the totals; a run that
+# fails without a failing test (a usage or collection error) counts as one failure.
+count_pytest() { # output status
+  local summary p f e
+  summary=$(grep -E '(passed|failed|error)' "$1" | tail -1)
   p=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
   f=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
   e=$(grep -oE '[0-9]+ errors?' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
-  rm -f "$out"
   passed=$((passed + p))
   failed=$((failed + f + e))
-  if [ "$status" != 0 ]; then
+  if [ "$2" != 0 ]; then
     if [ "$f" = 0 ] && [ "$e" = 0 ]; then
       failed=$((failed + 1))
-      failures+=("pytest (exit $status)")
+      failures+=("pytest (exit $2)")
     else
       failures+=("pytest")
     fi
   fi
-  [ "$status" = 0 ]
+  [ "$2" = 0 ]
 }
 
 prepare() {

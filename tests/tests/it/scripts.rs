@@ -66,25 +66,52 @@ fn each_nextest_failure_counts_once() {
 
 #[test]
 fn each_pytest_failure_counts_once() {
-    // `pytests` runs "$venv/bin/pytest": a venv whose pytest is a script printing the summary.
+    // `pytests` runs "$venv/bin/pytest" once per group, side by side: a venv whose pytest is a
+    // script printing the summary its group's first argument names.
     let venv = tempfile::tempdir().expect("a temporary directory");
     let bin = venv.path().join("bin");
     std::fs::create_dir(&bin).expect("bin");
+    let pytest = bin.join("pytest");
+    std::fs::write(
+        &pytest,
+        "#!/bin/sh
+\
+         for a in \"$@\"; do case $a in group-*) . \"$0.$a\"; exit $status;; esac; done\n\
+         exit 99\n",
+    )
+    .expect("write pytest");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&pytest, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod pytest");
+    let group = |name: &str, summary: &str, status: u8| {
+        std::fs::write(
+            bin.join(format!("pytest.{name}")),
+            format!("echo '{summary}'\nstatus={status}\n"),
+        )
+        .expect("write a group");
+    };
     for (summary, status, expected) in [
         ("5 passed in 1.0s", 0, "5 0 | ,"),
         ("3 passed, 1 failed, 1 error in 1.0s", 1, "3 2 | pytest,"),
         ("ERROR: usage", 4, "0 1 | pytest (exit 4),"),
     ] {
-        let pytest = bin.join("pytest");
-        std::fs::write(
-            &pytest,
-            format!("#!/bin/sh\necho '{summary}'\nexit {status}\n"),
-        )
-        .expect("write pytest");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&pytest, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod pytest");
-        let stand_in = format!("venv='{}'", venv.path().display());
+        group("group-a", summary, status);
+        let stand_in = format!(
+            "venv='{}'; python_groups=(\"group-a --flag\")",
+            venv.path().display()
+        );
         assert_eq!(run_counting(&stand_in, "pytests"), expected, "{summary}");
     }
+    // Several groups: every group's counts, each failure once.
+    group("group-a", "5 passed in 1.0s", 0);
+    group("group-b", "3 passed, 1 failed in 1.0s", 1);
+    group("group-c", "ERROR: usage", 4);
+    let stand_in = format!(
+        "venv='{}'; python_groups=(group-a group-b \"group-c x\")",
+        venv.path().display()
+    );
+    assert_eq!(
+        run_counting(&stand_in, "pytests"),
+        "8 2 | pytest, pytest (exit 4),"
+    );
 }
