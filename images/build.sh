@@ -42,15 +42,17 @@ rsync_like() { # copy $1 to $2 only if the content differs, keeping mtimes stabl
 rsync_like "$root/images/sandbox/Dockerfile" "$context/Dockerfile"
 rsync_like "$root/images/sandbox/packages.txt" "$context/packages.txt"
 rsync_like "$target/release/sandboxd" "$context/sandboxd"
-rsync_like "$target/release/libbash_fork.so" "$context/libbash_fork.so"
-rm -rf "$context/rootfs"
+# Everything else the image adds goes into one tree copied in one layer: the files of
+# images/sandbox/rootfs, xterm.js for the terminal page (/terminal; see images/xterm/fetch.sh)
+# and the bash builtin sandboxd's shell zygotes fork ready bashes with.
+rm -rf "$context/rootfs" "$context/xterm" "$context/libbash_fork.so"
 cp -a "$root/images/sandbox/rootfs" "$context/rootfs"
-# xterm.js for the terminal page (/terminal); see images/xterm/fetch.sh.
 xterm=$("$root/images/xterm/fetch.sh")
-mkdir -p "$context/xterm"
+mkdir -p "$context/rootfs/usr/share/agentbox/xterm" "$context/rootfs/usr/local/lib/agentbox"
 for file in xterm.js xterm.css xterm-addon-fit.js; do
-  rsync_like "$xterm/$file" "$context/xterm/$file"
+  cp "$xterm/$file" "$context/rootfs/usr/share/agentbox/xterm/$file"
 done
+cp "$target/release/libbash_fork.so" "$context/rootfs/usr/local/lib/agentbox/libbash_fork.so"
 
 log "building $image from $base"
 docker build -q \

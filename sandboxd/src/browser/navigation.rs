@@ -30,7 +30,7 @@ use chromiumoxide::cdp::browser_protocol::page::{
 use chromiumoxide::error::CdpError;
 use chromiumoxide::listeners::EventStream;
 use chromiumoxide::types::{Message, Method};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
 use super::error::BrowserError;
@@ -261,6 +261,17 @@ impl Watch {
                 url: target.to_string(),
                 reason: reason.unwrap_or_else(|| "the page could not be loaded".into()),
             });
+        }
+        // chromiumoxide hands each listener the events in the order Chromium sent them, the
+        // document's response before its commit, but each into a channel of its own: the select
+        // above may take the commit first and end the wait with the response still queued (seen
+        // as `status: null` under load). What is queued already is taken before answering.
+        while let Some(Some(event)) = self.responses.next().now_or_never() {
+            if event.r#type == ResourceType::Document {
+                progress
+                    .statuses
+                    .insert(event.loader_id.as_ref().to_string(), event.response.status);
+            }
         }
         let status = progress
             .commit
