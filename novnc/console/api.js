@@ -9,12 +9,24 @@ export class ApiError extends Error {
   }
 }
 
-// A same-origin path to go to after signing in; anything else becomes '/'.
+// A path on the console's own origin to go to after signing in; anything else becomes '/'.
+// The check is the browser's own URL parser, not a look at the text: browsers drop tabs and
+// line breaks from a URL and read a backslash as '/', so '/<tab>/host' is '//host', another
+// origin.
 export function safeNext(next) {
-  if (typeof next === 'string' && next.startsWith('/') && !next.startsWith('//') && !next.startsWith('/\\')) {
-    return next;
+  if (typeof next !== 'string' || !next.startsWith('/')) {
+    return '/';
   }
-  return '/';
+  let url;
+  try {
+    url = new URL(next, location.origin);
+  } catch {
+    return '/';
+  }
+  if (url.origin !== location.origin) {
+    return '/';
+  }
+  return url.pathname + url.search + url.hash;
 }
 
 export function toSignIn() {

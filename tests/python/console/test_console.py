@@ -118,6 +118,34 @@ def test_a_wrong_key_is_a_clear_refusal(orchestrator, browser, shots):
     context.close()
 
 
+def test_after_sign_in_the_console_goes_only_to_a_path_of_its_own(orchestrator, browser, admin_key):
+    """Issue 28 (open redirect): `next=/%09/host` sent a fresh session to another origin, since
+    browsers drop tabs and line breaks from URLs. Each such `next` must land on the console."""
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    page.goto(orchestrator.url + "/sign-in")
+    # Every spelling the browser would turn into another origin, through the console's own check.
+    escapes = ["/\t/127.0.0.1:9/", "/\n/127.0.0.1:9/", "/\r/127.0.0.1:9/", "//127.0.0.1:9/",
+               "/\\127.0.0.1:9/", "/\\/127.0.0.1:9/", "/\t\\127.0.0.1:9/", "https://127.0.0.1:9/",
+               "javascript:alert(1)", "", None]
+    checked = page.evaluate("""async (nexts) => {
+        const { safeNext } = await import('/assets/console/api.js');
+        return nexts.map((next) => safeNext(next));
+    }""", escapes)
+    assert checked == ["/"] * len(escapes), list(zip(escapes, checked))
+    kept = page.evaluate("""async () => {
+        const { safeNext } = await import('/assets/console/api.js');
+        return safeNext('/runs/r1?x=1#events');
+    }""")
+    assert kept == "/runs/r1?x=1#events"
+    # And through a real sign-in with the tab in the link, as an attacker would send it.
+    page.goto(orchestrator.url + "/sign-in?next=/%09/127.0.0.1:9/")
+    page.get_by_label("API key").fill(admin_key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(orchestrator.url + "/")
+    context.close()
+
+
 def test_error_pages_say_what_happened(orchestrator, browser, shots, admin_key):
     context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
