@@ -14,11 +14,13 @@
 //! - [`timestamp`]: instants on the wire, RFC 3339 in UTC with milliseconds.
 //! - [`unread_body`]: the layer that drains a request body the handler left unread, or
 //!   announces `Connection: close`, so a refusal does not break a client's pooled connection.
+//! - [`signals`]: SIGTERM and SIGINT, listened for from a server's first moment (a PID 1
+//!   drops a signal it does not handle), and start-up steps that a stop cancels.
 //! - [`plumbing`]: the fallbacks, request ids and unread-body layer around a server's routes,
 //!   in one order for both servers.
 //!
-//! **Invariant:** this crate knows HTTP and WebSockets but nothing of sandboxes, keys or the
-//! routes of either server.
+//! **Invariant:** this crate knows HTTP, WebSockets and a server process's signals but nothing
+//! of sandboxes, keys or the routes of either server.
 
 pub mod body;
 pub mod cookie;
@@ -28,6 +30,7 @@ pub mod openapi;
 pub mod origin;
 pub mod plumbing;
 pub mod request_id;
+pub mod signals;
 pub mod timestamp;
 pub mod unread_body;
 pub mod ws;

@@ -183,9 +183,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         api_key,
     } = cli;
     if let Command::Serve(args) = command {
+        // Before anything else: a stop during start-up must not be lost (as PID 1 in a
+        // container, the kernel drops a signal nobody handles).
+        let signals = agentbox_http::signals::TerminationSignals::install()
+            .context("listening for termination signals")?;
         agentbox_http::logging::init(args.log_format, "info,sqlx=warn,hyper=warn,bollard=warn");
         let settings = args.settings()?;
-        crate::serve(settings).await?;
+        crate::serve(settings, signals).await?;
         return Ok(ExitCode::SUCCESS);
     }
     let client = Client::new(&url, api_key)?;

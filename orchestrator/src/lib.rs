@@ -44,14 +44,85 @@ pub(crate) mod testing;
 
 use std::sync::Arc;
 
+use agentbox_http::signals::TerminationSignals;
 use anyhow::Context;
 
 use crate::backend::Backend;
 use crate::backend::docker::DockerBackend;
 use crate::config::Settings;
 
+/// What start-up prepared: the server is ready to serve from these.
+struct Started {
+    store: db::Store,
+    listener: tokio::net::TcpListener,
+    sandboxes: Arc<sandboxes::Sandboxes>,
+    keys: Arc<auth::ApiKeys>,
+    metrics: Arc<metrics::Metrics>,
+    public_url: String,
+    instance: String,
+}
+
 /// Runs the server until SIGINT or SIGTERM.
-pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+///
+/// `signals` are installed before anything else (see `cli::main`): a signal during start-up
+/// cancels it at its next wait (the database, Docker, reconciliation: each is safe to redo at
+/// the next start) and the process exits 0 at once, as after a stop once it serves.
+pub async fn serve(settings: Settings, mut signals: TerminationSignals) -> anyhow::Result<()> {
+    let settings = Arc::new(settings);
+    let started = match signals.unless_stopped(start(settings.clone())).await {
+        Ok(started) => started?,
+        Err(stopped) => {
+            tracing::info!(
+                signal = stopped.signal,
+                "termination requested during start-up; exiting"
+            );
+            return Ok(());
+        }
+    };
+    let Started {
+        store,
+        listener,
+        sandboxes,
+        keys,
+        metrics,
+        public_url,
+        instance,
+    } = started;
+    let local = listener.local_addr()?;
+
+    tokio::spawn(sandboxes.clone().reap_forever());
+    tokio::spawn(sandboxes.clone().heartbeat_forever());
+    tokio::spawn(sandboxes.clone().sweep_sessions_forever());
+    tokio::spawn(sandboxes::pool::Pool::refill_forever(sandboxes.clone()));
+
+    let runs = runs::Runs::from_settings(&sandboxes);
+    tokio::spawn(runs.clone().resume_forever());
+
+    let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone()).with_runs(runs);
+    let app = api::router(state);
+    tracing::info!(addr = %local, %public_url, %instance, image = %settings.image, pool_size = settings.pool_size, "listening");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(api::serve(listener, app, async {
+        let _ = stopped.await;
+    }));
+    let signal = signals.recv().await;
+    tracing::info!(signal, "shutting down");
+    let _ = stop.send(());
+    // Requests in flight get a moment to finish; open WebSocket sessions do not hold the exit.
+    match tokio::time::timeout(std::time::Duration::from_secs(10), server).await {
+        Ok(Ok(result)) => result?,
+        Ok(Err(error)) => tracing::error!(%error, "the server task failed"),
+        Err(_) => tracing::warn!("requests still open after 10 s; exiting anyway"),
+    }
+    store.close().await;
+    tracing::info!("stopped; sandboxes keep running and are adopted at the next start");
+    Ok(())
+}
+
+/// Start-up up to the first request: the data directory, the keyring, the database, Docker, the
+/// listening socket and reconciliation. Nothing is spawned here, so dropping it part way leaves
+/// nothing running.
+async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
     // Private before anything is written: the database and the master key live here.
     data_dir::prepare(&settings.data_dir)?;
     let keyring = keyring::Keyring::load_or_create(&settings.master_key_file)?;
@@ -84,6 +155,7 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
     )
     .await?;
     backend.prepare().await?;
+    tracing::info!(network = %settings.network, egress = ?settings.egress, "Docker ready");
     let backend: Arc<dyn Backend> = Arc::new(backend);
 
     let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -96,7 +168,6 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         .unwrap_or_else(|| format!("http://{local}"));
 
     let metrics = Arc::new(metrics::Metrics::new());
-    let settings = Arc::new(settings);
     let sandboxes = sandboxes::Sandboxes::new(
         store.clone(),
         backend,
@@ -106,48 +177,13 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         instance.clone(),
     );
     sandboxes.reconcile().await?;
-
-    tokio::spawn(sandboxes.clone().reap_forever());
-    tokio::spawn(sandboxes.clone().heartbeat_forever());
-    tokio::spawn(sandboxes.clone().sweep_sessions_forever());
-    tokio::spawn(sandboxes::pool::Pool::refill_forever(sandboxes.clone()));
-
-    let runs = runs::Runs::from_settings(&sandboxes);
-    tokio::spawn(runs.clone().resume_forever());
-
-    let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone()).with_runs(runs);
-    let app = api::router(state);
-    tracing::info!(addr = %local, %public_url, %instance, image = %settings.image, pool_size = settings.pool_size, "listening");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(api::serve(listener, app, async {
-        let _ = stopped.await;
-    }));
-    shutdown_signal().await;
-    let _ = stop.send(());
-    // Requests in flight get a moment to finish; open WebSocket sessions do not hold the exit.
-    match tokio::time::timeout(std::time::Duration::from_secs(10), server).await {
-        Ok(Ok(result)) => result?,
-        Ok(Err(error)) => tracing::error!(%error, "the server task failed"),
-        Err(_) => tracing::warn!("requests still open after 10 s; exiting anyway"),
-    }
-    store.close().await;
-    tracing::info!("stopped; sandboxes keep running and are adopted at the next start");
-    Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(error) => {
-            tracing::error!(%error, "cannot listen for SIGTERM");
-            std::future::pending::<()>().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("shutting down");
+    Ok(Started {
+        store,
+        listener,
+        sandboxes,
+        keys,
+        metrics,
+        public_url,
+        instance,
+    })
 }

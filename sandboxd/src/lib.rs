@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - [`config`]: settings from the environment.
-//! - [`pid1`]: reaping scope and termination signals.
+//! - [`pid1`]: reaping scope and the process's own memory protection (termination signals are
+//!   `agentbox_http::signals`, installed by `main` before anything else).
 //! - [`activity`]: API activity and the idle dead-man switch.
 //! - [`api`]: the HTTP routes (the only module that knows HTTP).
 //! - [`shell`]: shell sessions, their commands, and interactive terminals.
@@ -50,6 +51,7 @@ pub mod vnc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentbox_http::signals::TerminationSignals;
 use anyhow::Context;
 use supervisor::{Supervisor, SupervisorConfig};
 
@@ -80,7 +82,11 @@ pub fn load_programs(settings: &Settings) -> anyhow::Result<SupervisorConfig> {
 
 /// Runs sandboxd until a termination signal or the idle dead-man switch, then stops every program
 /// in reverse dependency order and returns.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+///
+/// `signals` were installed before anything else (see `main`): a signal that came during
+/// start-up ends it before the programs start if it came that early, or goes straight to the
+/// same shutdown as later on, stopping the programs already started.
+pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow::Result<()> {
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         sandbox_id = settings.sandbox_id.as_deref(),
@@ -97,17 +103,25 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         );
     }
     // The port is ours before any program runs, so nothing started in the sandbox can take it.
-    let listener = tokio::net::TcpListener::bind(settings.listen)
+    let listener = match signals
+        .unless_stopped(tokio::net::TcpListener::bind(settings.listen))
         .await
-        .with_context(|| format!("binding the API to {}", settings.listen))?;
+    {
+        Ok(bound) => bound.with_context(|| format!("binding the API to {}", settings.listen))?,
+        Err(stopped) => return stopped_before_programs(stopped),
+    };
     // The VNC server reads its passwords when it starts: write them before any program starts.
     let vnc_passwords = vnc::VncPasswords::generate();
     if let Err(error) = vnc_passwords.write(&settings.vnc.password_file) {
         tracing::warn!(path = %settings.vnc.password_file.display(), %error, "cannot write the VNC passwords; the remote desktop will not start");
     }
     let programs = load_programs(&settings)?;
+    if let Err(stopped) = signals.unless_stopped(std::future::ready(())).await {
+        return stopped_before_programs(stopped);
+    }
     let supervisor = Arc::new(Supervisor::start(programs).context("starting the supervisor")?);
 
+    tracing::info!("building the API");
     let activity = Activity::new();
     let settings = Arc::new(settings);
     let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone())
@@ -126,6 +140,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         nix::libc::malloc_trim(0);
     }
 
+    tracing::info!("serving the API");
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
         api::serve(listener, app, async {
@@ -144,7 +159,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }
     };
     tokio::select! {
-        signal = pid1::termination_signal() => {
+        signal = signals.recv() => {
             tracing::info!(signal, "termination requested; stopping programs");
         }
         limit = idle => {
@@ -167,5 +182,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         tracing::warn!("in-flight API requests did not finish in time; exiting anyway");
     }
     tracing::info!("all programs stopped; exiting");
+    Ok(())
+}
+
+/// A stop before any program started: nothing to stop, an orderly exit.
+fn stopped_before_programs(stopped: agentbox_http::signals::Stopped) -> anyhow::Result<()> {
+    tracing::info!(
+        signal = stopped.signal,
+        "termination requested before any program started; exiting"
+    );
     Ok(())
 }

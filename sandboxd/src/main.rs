@@ -16,11 +16,9 @@ fn main() -> ExitCode {
     unsafe {
         sandboxd::config::scrub_secrets_from_env()
     };
-    // chromiumoxide warns on every protocol message it does not know: errors only.
-    agentbox_http::logging::init(settings.log_format, "info,chromiumoxide=error");
-    sandboxd::pid1::protect_own_memory();
-    sandboxd::pid1::init_reaping();
-
+    // Then the runtime, and the signal handlers in it before anything else: as PID 1, a SIGTERM
+    // that arrives before sandboxd handles it is dropped by the kernel, and `docker stop` then
+    // waits out its stop-wait and kills. Everything before this point takes microseconds.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(16)
@@ -34,7 +32,22 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(sandboxd::run(settings)) {
+    let signals = {
+        let _entered = runtime.enter();
+        match agentbox_http::signals::TerminationSignals::install() {
+            Ok(signals) => signals,
+            Err(error) => {
+                eprintln!("sandboxd: cannot listen for termination signals: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    // chromiumoxide warns on every protocol message it does not know: errors only.
+    agentbox_http::logging::init(settings.log_format, "info,chromiumoxide=error");
+    sandboxd::pid1::protect_own_memory();
+    sandboxd::pid1::init_reaping();
+
+    match runtime.block_on(sandboxd::run(settings, signals)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "sandboxd failed");

@@ -1,7 +1,6 @@
-//! Being PID 1: reap every child (orphans included) and turn SIGTERM/SIGINT into a shutdown.
+//! Being PID 1: reap every child (orphans included), and keep the process's memory to itself.
 
 use supervisor::ReapScope;
-use tokio::signal::unix::{SignalKind, signal};
 
 /// Makes sandboxd non-dumpable: its `/proc/<pid>` files (environment, memory) become root-only
 /// and other processes of the same user cannot ptrace it. Agents' commands run as the same user
@@ -31,20 +30,4 @@ pub fn init_reaping() {
     // Start the reaper thread now, before any child exists.
     let _ = supervisor::reaper();
     tracing::info!(pid, ?scope, "reaper started");
-}
-
-/// Resolves with the name of the first SIGTERM or SIGINT received.
-pub async fn termination_signal() -> &'static str {
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut term), Ok(mut int)) => tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        },
-        (Err(error), _) | (_, Err(error)) => {
-            tracing::error!(%error, "cannot listen for termination signals");
-            std::future::pending().await
-        }
-    }
 }

@@ -220,6 +220,88 @@ impl Sandbox {
     }
 }
 
+impl Sandbox {
+    /// Follows the container's log as it is written (`docker logs -f`, both streams), for a
+    /// test that acts at the moment a line appears.
+    // The docker CLI is the test's own child, read by two threads and killed on drop.
+    #[allow(clippy::disallowed_methods)]
+    pub fn follow_logs(&self) -> anyhow::Result<LogFollower> {
+        let mut child = Command::new("docker")
+            .args(["logs", "-f", &self.id])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("running docker logs -f")?;
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().context("docker logs stdout")?;
+        let stderr = child.stderr.take().context("docker logs stderr")?;
+        for stream in [
+            Box::new(stdout) as Box<dyn std::io::Read + Send>,
+            Box::new(stderr),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(LogFollower {
+            child,
+            lines,
+            seen: Vec::new(),
+        })
+    }
+}
+
+/// A container's log, line by line as it is written (see [`Sandbox::follow_logs`]).
+pub struct LogFollower {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    /// Every line read so far.
+    pub seen: Vec<String>,
+}
+
+impl LogFollower {
+    /// Waits for a line containing `needle` (lines before it are kept in `seen`).
+    pub fn wait_for(&mut self, needle: &str, timeout: Duration) -> anyhow::Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).map_err(|_| {
+                anyhow::anyhow!(
+                    "no log line with `{needle}` within {timeout:?}; log:\n{}",
+                    self.seen.join("\n")
+                )
+            })?;
+            self.seen.push(line.clone());
+            if line.contains(needle) {
+                return Ok(line);
+            }
+        }
+    }
+
+    /// Every line written so far, including those nobody waited for.
+    pub fn drain(&mut self) -> &[String] {
+        self.seen.extend(self.lines.try_iter());
+        &self.seen
+    }
+}
+
+impl Drop for LogFollower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = docker_output(&["rm", "-f", "-v", &self.id]);

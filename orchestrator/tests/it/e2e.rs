@@ -1006,3 +1006,108 @@ async fn metrics_and_openapi_are_served() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Removes what a half-started orchestrator may have made (its network, its egress chains).
+struct InstanceCleanup(String);
+
+impl Drop for InstanceCleanup {
+    fn drop(&mut self) {
+        let _ = docker(&["network", "rm", &self.0]);
+        common::remove_egress_rules(&self.0);
+    }
+}
+
+/// Issue 28: a stop sent while the orchestrator starts (the database, Docker, reconciliation) was
+/// lost or killed it: the handlers were installed only once it served. Each start here is stopped
+/// at a different moment and must end with exit 0, at once.
+// The orchestrator under test is the test's own child, signalled and waited for here.
+#[allow(clippy::disallowed_methods)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_at_any_moment_of_start_up_ends_the_orchestrator_with_exit_0() -> anyhow::Result<()>
+{
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    // (the log line after which the signals are sent, delay after it, the signals)
+    let cases: [(&str, u64, &[Signal]); 7] = [
+        ("", 0, &[Signal::SIGTERM]),
+        ("", 20, &[Signal::SIGINT]),
+        ("database ready", 0, &[Signal::SIGTERM]),
+        ("database ready", 0, &[Signal::SIGTERM, Signal::SIGTERM]),
+        ("Docker ready", 0, &[Signal::SIGTERM]),
+        ("reconciled", 0, &[Signal::SIGTERM]),
+        ("listening", 0, &[Signal::SIGINT, Signal::SIGTERM]),
+    ];
+    for (after, delay_ms, signals) in cases {
+        let instance = format!("test-{:x}", agentbox_tests::rand_u64());
+        let network = format!("agentbox-{instance}");
+        let _cleanup = InstanceCleanup(network.clone());
+        let data = tempfile::tempdir()?;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .arg("--data-dir")
+            .arg(data.path().join("data"))
+            .args(["--instance", &instance, "--network", &network])
+            .env("AGENTBOX_ADMIN_KEY", ADMIN_KEY)
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let pid = Pid::from_raw(i32::try_from(child.id())?);
+        let stderr = child.stderr.take().context("stderr")?;
+        let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines_tx.send(line);
+            }
+        });
+        // The first line is written once the handlers are installed (they come before logging):
+        // before it, a signal would end the process the default way, which is what a program
+        // that is not PID 1 does anyway.
+        let mut seen = Vec::new();
+        loop {
+            let line = lines_rx
+                .recv_timeout(Duration::from_secs(60))
+                .with_context(|| format!("no `{after}` line; log:\n{}", seen.join("\n")))?;
+            let found = line.contains(&format!("\"message\":\"{after}"));
+            seen.push(line);
+            if found {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let stopped = Instant::now();
+        for signal in signals {
+            kill(pid, *signal)?;
+        }
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if stopped.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("{signals:?} after `{after}` (+{delay_ms} ms): still running after 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = stopped.elapsed();
+        seen.extend(lines_rx.try_iter());
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "{signals:?} after `{after}` (+{delay_ms} ms): {status} in {took:?}; log:\n{}",
+            seen.join("\n")
+        );
+        // Well under any stop-wait: nothing in start-up may hold a stop.
+        assert!(
+            took < Duration::from_secs(5),
+            "{signals:?} after `{after}`: {took:?}"
+        );
+        eprintln!("{signals:?} after `{after}` (+{delay_ms} ms): exit 0 in {took:?}");
+    }
+    Ok(())
+}

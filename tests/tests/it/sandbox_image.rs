@@ -595,3 +595,120 @@ async fn shell_commands_run_in_bashes_the_zygote_forked() {
     assert_eq!(field("parent:"), "1", "{output}");
     assert_eq!(exec("echo $PWD $KEPT", "image-zygote").await, "/tmp yes");
 }
+
+/// Where in start-up a stop is sent: after a log line appears, or a time after `docker run`
+/// returned (but never before the first line: before it the handlers may not exist yet, which
+/// no program can help).
+enum StopPoint {
+    AfterLine(&'static str),
+    AfterStart(Duration),
+}
+
+/// Issue 28: a `docker stop` sent while sandboxd started was lost (as PID 1, a signal with no
+/// handler is dropped), so Docker waited its whole stop-wait and killed: exit 137 after 20 s.
+/// Stopped at each point of start-up, the container must end with exit 0 well within the wait.
+#[tokio::test]
+async fn a_stop_at_any_moment_of_start_up_is_an_orderly_exit_0() {
+    let points = [
+        // Before the supervisor: the settings are read, the API port is being bound.
+        StopPoint::AfterLine("sandboxd starting"),
+        // During program start: Xvfb was just spawned, the rest wait for it.
+        StopPoint::AfterLine("\"program\":\"xvfb\""),
+        // While the routes and the services behind them are built.
+        StopPoint::AfterLine("building the API"),
+        StopPoint::AfterLine("serving the API"),
+        // The moments the issue tried by hand.
+        StopPoint::AfterStart(Duration::from_millis(100)),
+        StopPoint::AfterStart(Duration::from_millis(500)),
+        StopPoint::AfterStart(Duration::from_millis(1000)),
+    ];
+    for point in points {
+        let sandbox = Sandbox::start(SandboxOptions::default()).unwrap();
+        let started = Instant::now();
+        let mut log = sandbox.follow_logs().unwrap();
+        let first = log.wait_for("\"message\"", READY).unwrap();
+        let what = match point {
+            StopPoint::AfterLine(needle) => {
+                if !first.contains(needle) {
+                    log.wait_for(needle, READY).unwrap();
+                }
+                format!("after `{needle}`")
+            }
+            StopPoint::AfterStart(delay) => {
+                std::thread::sleep(delay.saturating_sub(started.elapsed()));
+                format!("{delay:?} after docker run")
+            }
+        };
+        let stopping = Instant::now();
+        docker(&["stop", "-t", "20", &sandbox.id]).unwrap();
+        let took = stopping.elapsed();
+        let code = docker(&["inspect", "-f", "{{.State.ExitCode}}", &sandbox.id]).unwrap();
+        let lines = log.drain().join("\n");
+        assert_eq!(
+            code, "0",
+            "stop {what}: exit {code} after {took:?}; log:\n{lines}"
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "stop {what} took {took:?}; log:\n{lines}"
+        );
+        let programs_started = lines.matches("\"message\":\"started\"").count();
+        let programs_stopped = lines.matches("\"message\":\"stopped\"").count();
+        // Whatever had started was stopped in order, not left to the kernel's SIGKILL.
+        assert_eq!(
+            programs_started, programs_stopped,
+            "stop {what}; log:\n{lines}"
+        );
+        eprintln!("stop {what}: exit 0 in {took:?} ({programs_started} programs had started)");
+    }
+}
+
+/// The other ways a stop comes: SIGTERM twice, SIGINT, and a second stop while a shutdown hook
+/// runs (the hook is not cut short by it, and the exit is still 0).
+#[tokio::test]
+async fn sigterm_twice_sigint_and_a_stop_during_a_shutdown_hook_each_end_with_exit_0() {
+    let hooks = r#"[{"name":"slow","command":"sleep 2; echo SLOW-HOOK-DONE","timeout":5}]"#;
+    let cases: [(&str, &[&str], Option<&str>); 3] = [
+        ("SIGTERM twice", &["TERM", "TERM"], None),
+        ("SIGINT", &["INT"], None),
+        ("a stop while a shutdown hook runs", &["TERM"], Some(hooks)),
+    ];
+    for (what, signals, hook) in cases {
+        let mut options = SandboxOptions::default();
+        if let Some(hook) = hook {
+            options
+                .env
+                .push(("SANDBOX_SHUTDOWN_HOOKS", hook.to_string()));
+        }
+        let sandbox = Sandbox::start(options).unwrap();
+        sandbox.wait_ready(READY).await.unwrap();
+        let mut log = sandbox.follow_logs().unwrap();
+        let stopping = Instant::now();
+        for signal in signals {
+            docker(&["kill", "-s", signal, &sandbox.id]).unwrap();
+        }
+        if hook.is_some() {
+            // The hooks run right after this line; this one sleeps 2 s: a second stop lands
+            // while it runs.
+            log.wait_for("termination requested", READY).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            docker(&["kill", "-s", "TERM", &sandbox.id]).unwrap();
+        }
+        docker(&["wait", &sandbox.id]).unwrap();
+        let took = stopping.elapsed();
+        let code = docker(&["inspect", "-f", "{{.State.ExitCode}}", &sandbox.id]).unwrap();
+        let lines = log.drain().join("\n");
+        assert_eq!(
+            code, "0",
+            "{what}: exit {code} after {took:?}; log:\n{lines}"
+        );
+        assert!(took < Duration::from_secs(10), "{what} took {took:?}");
+        if hook.is_some() {
+            assert!(
+                lines.contains("SLOW-HOOK-DONE"),
+                "{what}: the hook was cut short:\n{lines}"
+            );
+        }
+        eprintln!("{what}: exit 0 in {took:?}");
+    }
+}
