@@ -89,8 +89,10 @@ const DESKTOP_ACTIONS: &[&str] = &[
 pub enum ScriptError {
     #[error("script {path}: cannot be read: {message}")]
     Read { path: PathBuf, message: String },
-    #[error("script {path}: not inside the allowed script directory")]
-    OutsideRoot { path: PathBuf },
+    /// Missing, unreadable or outside the scripts directory: one answer for all three, so the
+    /// message does not tell whether a file exists elsewhere on the host.
+    #[error("script {path}: no such script in the scripts directory")]
+    NotInRoot { path: PathBuf },
     #[error("script {path}: larger than {MAX_SCRIPT_BYTES} bytes")]
     TooLarge { path: PathBuf },
     #[error("script: not valid JSON: {message}")]

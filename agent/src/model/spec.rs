@@ -261,27 +261,22 @@ pub fn build_model(spec: &ModelSpec, options: &ModelOptions) -> Result<Arc<dyn M
     }
 }
 
+/// The script `path` names under `root` (relative to it, or absolute inside it). A missing file
+/// and one outside the root get the same error: a caller learns nothing about the host's files.
 fn confine(path: &Path, root: Option<&Path>) -> Result<PathBuf, ScriptError> {
     let Some(root) = root else {
         return Ok(path.to_path_buf());
     };
-    let joined = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        root.join(path)
-    };
-    let resolved = joined.canonicalize().map_err(|e| ScriptError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
     let root = root.canonicalize().map_err(|e| ScriptError::Read {
         path: root.to_path_buf(),
         message: format!("the script directory cannot be resolved: {e}"),
     })?;
+    let not_in_root = || ScriptError::NotInRoot {
+        path: path.to_path_buf(),
+    };
+    let resolved = root.join(path).canonicalize().map_err(|_| not_in_root())?;
     if !resolved.starts_with(&root) {
-        return Err(ScriptError::OutsideRoot {
-            path: path.to_path_buf(),
-        });
+        return Err(not_in_root());
     }
     Ok(resolved)
 }
@@ -420,6 +415,31 @@ mod tests {
             &opts,
         );
         assert!(outside.is_err());
+        // Issue 28: outside the root, a file that exists and one that does not get one answer.
+        let message = |path: &str| {
+            build_model(&ModelSpec::Script { path: path.into() }, &opts)
+                .err()
+                .map(|e| e.to_string().replace(path, "<path>"))
+                .unwrap_or_default()
+        };
+        let elsewhere = tempfile::tempdir()?;
+        let existing = elsewhere.path().join("elsewhere.json");
+        std::fs::write(&existing, r#"[{"action": "FINAL", "answer": "x"}]"#)?;
+        let name = elsewhere
+            .path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let absolute = existing.to_string_lossy().into_owned();
+        assert!(
+            message(&absolute).contains("no such script"),
+            "{}",
+            message(&absolute)
+        );
+        assert_eq!(message(&absolute), message("/nonexistent/elsewhere.json"));
+        let relative = format!("../{name}/elsewhere.json");
+        assert_eq!(message(&relative), message("../nonexistent/elsewhere.json"));
+        assert_eq!(message("missing.json"), message(&relative));
         opts.script_root = None;
         let missing = build_model(
             &ModelSpec::Script {
