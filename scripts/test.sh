@@ -227,8 +227,9 @@ disk_report() { # when
 build_and_lint() {
   local out status warnings
   out=$(mktemp)
-  cargo build --locked --release --workspace --all-targets 2>&1 | tee "$out"
+  cargo build --locked --release --workspace --all-targets --timings 2>&1 | tee "$out"
   status=${PIPESTATUS[0]}
+  costliest_units
   warnings=$(grep -cE '^(warning|error)(\[[^]]*\])?: ' "$out")
   rm -f "$out"
   if [ "$status" != 0 ]; then
@@ -239,6 +240,26 @@ build_and_lint() {
     log "clippy or rustc printed $warnings warning line(s); the suite allows none"
     return 1
   fi
+}
+
+# The compile units that took longest in the build just finished, from cargo's --timings report:
+# where a cold build's time goes, in every CI log (bench/RESULTS.md, "Build and suite times").
+costliest_units() {
+  local report
+  report="$(target_dir "$root")/cargo-timings/cargo-timing.html"
+  [ -f "$report" ] || return 0
+  python3 - "$report" <<'PY' >&2 || true
+import json, re, sys
+html = open(sys.argv[1], encoding="utf-8").read()
+match = re.search(r"const UNIT_DATA = (\[.*?\]);\n", html, re.S)
+units = json.loads(match.group(1)) if match else []
+units.sort(key=lambda u: u["duration"], reverse=True)
+total = sum(u["duration"] for u in units)
+print(f"cargo --timings: {len(units)} units compiled, {total:.0f} s of compile time in all; the costliest:")
+for u in units[:15]:
+    mode = "" if u.get("mode") == "todo" else f' ({u.get("mode")})'
+    print(f'  {u["duration"]:7.1f} s  {u["name"]} {u.get("target", "").strip() or "lib"}{mode}')
+PY
 }
 
 images() {
