@@ -7,9 +7,24 @@
 //!     .fallback(agentbox_http::fallback::not_found::<ApiError>)
 //!     .method_not_allowed_fallback(agentbox_http::fallback::method_not_allowed::<ApiError>)
 //! ```
+//!
+//! Both answers carry [`Unrouted`] in their extensions, so that a layer around them can put a
+//! credential check first: a caller without one then cannot tell which routes exist.
 
 use axum::extract::Request;
 use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// Marks a response as one of this module's answers (no route took the request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unrouted;
+
+/// `error` as a response marked [`Unrouted`].
+fn unrouted<E: From<RouteError> + IntoResponse>(error: RouteError) -> Response {
+    let mut response = E::from(error).into_response();
+    response.extensions_mut().insert(Unrouted);
+    response
+}
 
 /// A request that matched no route.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -31,16 +46,16 @@ impl RouteError {
 }
 
 /// Fallback handler for unknown paths.
-pub async fn not_found<E: From<RouteError>>(request: Request) -> E {
-    E::from(RouteError::NotFound {
+pub async fn not_found<E: From<RouteError> + IntoResponse>(request: Request) -> Response {
+    unrouted::<E>(RouteError::NotFound {
         method: request.method().clone(),
         path: request.uri().path().to_owned(),
     })
 }
 
 /// Fallback handler for a known path asked with another method.
-pub async fn method_not_allowed<E: From<RouteError>>(request: Request) -> E {
-    E::from(RouteError::MethodNotAllowed {
+pub async fn method_not_allowed<E: From<RouteError> + IntoResponse>(request: Request) -> Response {
+    unrouted::<E>(RouteError::MethodNotAllowed {
         method: request.method().clone(),
         path: request.uri().path().to_owned(),
     })

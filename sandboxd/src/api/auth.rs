@@ -10,7 +10,10 @@
 //!   without the ticket.
 //! - `GET /auth` (AIO's sub-request check, `super::tickets::authenticate`) needs none of them
 //!   to be reached and answers 200 only for one of them.
+//! - A request no route takes is answered 401 without the key, 404 or 405 only with it
+//!   ([`key_before_unrouted`]): a caller without the key cannot map which routes exist.
 
+use agentbox_http::fallback::Unrouted;
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderMap, HeaderValue};
 use axum::http::{StatusCode, Uri};
@@ -45,6 +48,26 @@ pub async fn require_api_key(
         }
         _ => next.run(request).await,
     }
+}
+
+/// Around every route and both fallbacks: when no route took the request (the answer carries
+/// [`Unrouted`]) and the caller did not present the key, the answer is 401, as for any keyed
+/// route, not the 404 or 405 that would tell which paths exist.
+pub async fn key_before_unrouted(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let keyed = state
+        .settings
+        .api_key
+        .as_deref()
+        .is_none_or(|key| presented_key_matches(request.headers(), key));
+    let response = next.run(request).await;
+    if !keyed && response.extensions().get::<Unrouted>().is_some() {
+        return ApiError::unauthorized().into_response();
+    }
+    response
 }
 
 /// A kind of browser session: the cookie that carries it and the ticket scopes that open it.

@@ -374,10 +374,15 @@ pub fn router(state: AppState) -> Router {
         ));
     let (public, _) = public_routes().split_for_parts();
     // The fallbacks, the request span and, outermost, the unread-body layer; the default
-    // body limit applies to every route.
+    // body limit applies to every route, and a request no route takes needs the key too.
     plumbing::wrap::<ApiError, _, _>(
         public.merge(protected).merge(viewer).merge(terminal),
-        DefaultBodyLimit::max(DEFAULT_BODY_LIMIT),
+        tower::ServiceBuilder::new()
+            .layer(DefaultBodyLimit::max(DEFAULT_BODY_LIMIT))
+            .layer(middleware::from_fn_with_state(
+                state.clone(),
+                auth::key_before_unrouted,
+            )),
         state.request_ids.clone(),
     )
     .with_state(state)

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use agentbox_tests::router::{Call, call, send, served_methods, served_paths};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use sandboxd::activity::Activity;
 use sandboxd::api::{AppState, router};
 use sandboxd::config::Settings;
@@ -128,6 +128,40 @@ async fn unknown_routes_and_programs_get_json_errors() {
     let (status, body) = call(&app, Call::delete("/v1/processes")).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(body["success"], false);
+}
+
+/// Issue 28: an unknown path answered 404 and a known one 405 before the key was checked, so a
+/// caller without the key could map which routes exist. Without the key every such request now
+/// gets the same 401 as a keyed route; with it, the 404 and 405 as before.
+#[tokio::test]
+async fn a_request_no_route_takes_needs_the_key_first() {
+    let app = app(Some("k1"));
+    let probes = [
+        (Method::GET, "/v1/nothing-here", StatusCode::NOT_FOUND),
+        (
+            Method::GET,
+            "/v1/processes/ghost/extra/segments",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::DELETE,
+            "/v1/processes",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (Method::POST, "/healthz", StatusCode::METHOD_NOT_ALLOWED),
+    ];
+    for (method, path, keyed_status) in probes {
+        let probe = || Call::new(method.clone(), path);
+        let (status, body) = call(&app, probe()).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {body}");
+        assert_eq!(body["success"], false, "{method} {path}");
+        let wrong = call(&app, probe().header("authorization", "Bearer k2")).await;
+        assert_eq!(wrong.0, StatusCode::UNAUTHORIZED, "{method} {path}");
+        let keyed = call(&app, probe().header("authorization", "Bearer k1")).await;
+        assert_eq!(keyed.0, keyed_status, "{method} {path}: {}", keyed.1);
+    }
+    let (status, _) = call(&app, Call::get("/healthz")).await;
+    assert_eq!(status, StatusCode::OK, "liveness stays open");
 }
 
 #[tokio::test]
