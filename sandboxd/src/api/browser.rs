@@ -78,9 +78,9 @@ impl From<BrowserError> for ApiError {
             BrowserError::NoElement { .. }
             | BrowserError::NoIndexedElement { .. }
             | BrowserError::NoTab { .. } => ApiError::not_found(message),
-            BrowserError::NotActionable(_) | BrowserError::TabGone(_) => {
-                ApiError::conflict(message)
-            }
+            BrowserError::NotActionable(_)
+            | BrowserError::TabGone(_)
+            | BrowserError::PageChanged(_) => ApiError::conflict(message),
             BrowserError::NotRunning(_) | BrowserError::Disconnected(_) => {
                 ApiError::unavailable(message)
             }

@@ -43,7 +43,7 @@ pub fn finish(document: &mut OpenApi) {
         &["/healthz", "/auth"],
     );
     agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
-    document_browser_unavailable(document);
+    document_browser_answers(document);
     envelope_data_is_nullable(document);
 }
 
@@ -77,23 +77,43 @@ fn envelope_data_is_nullable(document: &mut OpenApi) {
     }
 }
 
-/// Every browser route answers 503 while Chromium is not running (it crashed, or was stopped
-/// through `/v1/processes`) until the supervisor has it back.
-fn document_browser_unavailable(document: &mut OpenApi) {
-    let answer = agentbox_http::openapi::error_answer(
-        "The browser is not running; the supervisor restarts it, retry shortly.",
-        "ErrorBody",
-    );
+/// What any browser route may answer besides its own documented cases, because each drives
+/// Chromium over CDP: 503 while Chromium is not running (it crashed, or was stopped through
+/// `/v1/processes`) until the supervisor has it back; 409 when the tab closed or the page
+/// navigated while the command ran (another client, or the page itself); 502 when the browser
+/// rejected the command; 504 when it did not finish in time. A route's own description of one
+/// of these codes is kept.
+fn document_browser_answers(document: &mut OpenApi) {
+    let answers = [
+        (
+            "503",
+            "The browser is not running; the supervisor restarts it, retry shortly.",
+        ),
+        (
+            "409",
+            "The tab closed or the page navigated while the command ran; check the page and try again.",
+        ),
+        ("502", "The browser rejected the command."),
+        ("504", "The command did not finish in time."),
+    ]
+    .map(|(code, description)| {
+        (
+            code,
+            agentbox_http::openapi::error_answer(description, "ErrorBody"),
+        )
+    });
     for (path, item) in document.paths.paths.iter_mut() {
         if !path.starts_with("/v1/browser/") {
             continue;
         }
         for operation in agentbox_http::openapi::operations_mut(item) {
-            operation
-                .responses
-                .responses
-                .entry("503".to_string())
-                .or_insert_with(|| answer.clone());
+            for (code, answer) in &answers {
+                operation
+                    .responses
+                    .responses
+                    .entry((*code).to_string())
+                    .or_insert_with(|| answer.clone());
+            }
         }
     }
 }

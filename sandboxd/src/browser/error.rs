@@ -17,6 +17,12 @@ pub enum BrowserError {
     /// The tab an operation was working on went away (closed by someone else).
     #[error("the tab was closed while the operation ran: {0}")]
     TabGone(String),
+    /// The page navigated (or reloaded) while a command ran in it, so the document the command
+    /// addressed is gone; whether it took effect first is unknown.
+    #[error(
+        "the page navigated while the command ran ({0}); it may not have taken effect: check the page and try again"
+    )]
+    PageChanged(String),
     /// The URL policy refused a URL.
     #[error("{0}")]
     Refused(Refusal),
@@ -84,6 +90,19 @@ impl BrowserError {
     }
 }
 
+/// Chromium's answers to a command whose document or JavaScript context a navigation
+/// destroyed while it ran.
+fn is_page_change(message: &str) -> bool {
+    [
+        "Inspected target navigated or closed",
+        "Execution context was destroyed",
+        "Cannot find context with specified id",
+        "Cannot find default execution context",
+    ]
+    .iter()
+    .any(|known| message.contains(known))
+}
+
 impl From<Refusal> for BrowserError {
     fn from(refusal: Refusal) -> Self {
         if refusal.unresolvable {
@@ -114,6 +133,8 @@ impl From<CdpError> for BrowserError {
                     || message.contains("Target closed")
                 {
                     Self::TabGone(message)
+                } else if is_page_change(&message) {
+                    Self::PageChanged(message)
                 } else {
                     Self::Protocol(message)
                 }
@@ -128,5 +149,39 @@ impl From<CdpError> for BrowserError {
             CdpError::NotFound => Self::TabGone("the tab is no longer attached".into()),
             other => Self::Protocol(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chrome(message: &str) -> BrowserError {
+        BrowserError::from(CdpError::Chrome(chromiumoxide::types::Error {
+            code: -32000,
+            message: message.into(),
+        }))
+    }
+
+    /// A navigation during a command (another client's, or the page's own) is a conflict with
+    /// the page's state, answered 409, not a browser failure (502): the contract test saw
+    /// `POST /v1/browser/page/check` answer an undocumented 502 that way.
+    #[test]
+    fn a_navigation_during_a_command_is_a_page_change() {
+        for message in [
+            "Inspected target navigated or closed",
+            "Execution context was destroyed.",
+            "Cannot find context with specified id",
+        ] {
+            assert!(
+                matches!(chrome(message), BrowserError::PageChanged(_)),
+                "{message}"
+            );
+        }
+        assert!(matches!(chrome("Target closed"), BrowserError::TabGone(_)));
+        assert!(matches!(
+            chrome("Invalid parameters"),
+            BrowserError::Protocol(_)
+        ));
     }
 }

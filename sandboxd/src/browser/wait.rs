@@ -229,6 +229,9 @@ async fn poll_until(
             {
                 tracing::debug!(%message, "wait check failed; retrying");
             }
+            Ok(Err(BrowserError::PageChanged(message))) => {
+                tracing::debug!(%message, "wait check failed; retrying");
+            }
             Ok(Err(BrowserError::Protocol(message))) if message.contains("context") => {
                 tracing::debug!(%message, "wait check failed; retrying");
             }
