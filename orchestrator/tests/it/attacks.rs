@@ -838,7 +838,8 @@ impl NetHosts {
                 .stderr(std::process::Stdio::null())
                 .spawn()?;
         }
-        std::thread::sleep(Duration::from_millis(800));
+        // Whoever uses the hosts waits for their servers to answer (`answers_from_here`): a
+        // fixed pause here was too short once under load (Python starting on two busy cores).
         Ok(made)
     }
 }
@@ -854,6 +855,21 @@ impl Drop for NetHosts {
             let _ = host_command("ip", &["netns", "del", name]);
             let _ = host_command("ip", &["link", "del", &format!("v{name}")]);
         }
+    }
+}
+
+/// Whether `url` answers from the machine itself within `limit`, asked again while its server
+/// starts (the namespaces' servers are Python processes that take a moment on a busy machine).
+fn answers_from_here(url: &str, limit: Duration) -> anyhow::Result<bool> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let ok = host_command("curl", &["-s", "-o", "/dev/null", "-m", "3", url])?
+            .status
+            .success();
+        if ok || std::time::Instant::now() >= deadline {
+            return Ok(ok);
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -924,11 +940,8 @@ async fn finding_8_sandboxes_reach_the_internet_but_not_the_host_or_private_netw
         "http://10.213.0.2/",
         "http://169.254.169.254/",
     ] {
-        let ok = host_command("curl", &["-s", "-o", "/dev/null", "-m", "3", url])?
-            .status
-            .success();
         anyhow::ensure!(
-            ok,
+            answers_from_here(url, Duration::from_secs(60))?,
             "the test host {url} does not answer from the machine itself"
         );
     }
@@ -1012,6 +1025,11 @@ async fn finding_8_egress_holds_while_docker_rearranges_its_forward_chain() -> a
     // Not the first part's addresses: the two tests may run at the same time.
     let public_ns = format!("abr{tag}");
     let _hosts = NetHosts::start(&[(&public_ns, "203.0.113.1/24", &["203.0.113.2/24"])])?;
+    // The host answers from here, so that "not reached" below means refused, not "not up yet".
+    anyhow::ensure!(
+        answers_from_here("http://203.0.113.2/", Duration::from_secs(60))?,
+        "the test host http://203.0.113.2/ does not answer from the machine itself"
+    );
     let closed = Orchestrator::start(Options {
         extra_args: vec!["--egress".into(), "none".into()],
         ..Options::default()
