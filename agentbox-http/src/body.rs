@@ -4,12 +4,15 @@
 //! send no body when every field is omitted); malformed JSON is a [`BodyError::Malformed`]; a
 //! body that does not fit the type is a [`BodyError::Invalid`] whose `loc` is the path to the
 //! field (`["body", "nested", "depth"]`, a missing field included); a body over the route's
-//! limit is [`BodyError::TooLarge`]. Each server renders these in its own error shape.
+//! limit is [`BodyError::TooLarge`]; a body labelled with a form's content type is
+//! [`BodyError::FormContentType`] (a browser sends those across sites without asking first, so
+//! accepting JSON under them would let any page forge a call). Each server renders these in its
+//! own error shape.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
 
 /// Why a request's body or query string could not become the handler's type.
@@ -24,6 +27,12 @@ pub enum BodyError {
     /// Not JSON at all, or trailing bytes after it (400).
     #[error("malformed JSON body: {0}")]
     Malformed(String),
+    /// The body is labelled `text/plain`, `application/x-www-form-urlencoded` or
+    /// `multipart/form-data`: what a cross-site form sends (415).
+    #[error(
+        "Content-Type {0} is not accepted for a JSON body (a form on any site can send it): send application/json"
+    )]
+    FormContentType(String),
     /// JSON (or a query string) that does not fit the type (422). `loc` starts with `body` or
     /// `query`, then names the field.
     #[error("{message}")]
@@ -37,17 +46,44 @@ impl BodyError {
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unreadable { status, .. } => *status,
             Self::Malformed(_) => StatusCode::BAD_REQUEST,
+            Self::FormContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
 }
 
-/// Reads the request's whole body (bounded by the route's `DefaultBodyLimit`) as JSON.
+/// The content types a browser's form sends across sites without a CORS preflight.
+const FORM_CONTENT_TYPES: [&str; 3] = [
+    "text/plain",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data",
+];
+
+/// Refuses a JSON body whose `Content-Type` is a form's (see [`BodyError::FormContentType`]).
+/// No `Content-Type` is accepted: clients that send no body often send no type either.
+pub fn refuse_form_content_type(headers: &HeaderMap) -> Result<(), BodyError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    if FORM_CONTENT_TYPES
+        .iter()
+        .any(|form| essence.eq_ignore_ascii_case(form))
+    {
+        return Err(BodyError::FormContentType(essence.to_ascii_lowercase()));
+    }
+    Ok(())
+}
+
+/// Reads the request's whole body (bounded by the route's `DefaultBodyLimit`) as JSON; a form's
+/// content type is refused before anything is read.
 pub async fn read_json<T, S>(request: Request, state: &S) -> Result<T, BodyError>
 where
     T: DeserializeOwned,
     S: Send + Sync,
 {
+    refuse_form_content_type(request.headers())?;
     let bytes = Bytes::from_request(request, state)
         .await
         .map_err(|rejection| {
@@ -150,6 +186,43 @@ mod tests {
         match error {
             BodyError::Invalid { loc, .. } => loc,
             other => panic!("not a 422: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_forms_content_type_is_refused_and_json_or_none_is_not() {
+        let headers = |value: Option<&str>| {
+            let mut map = HeaderMap::new();
+            if let Some(value) = value {
+                map.insert(header::CONTENT_TYPE, value.parse().expect("a header value"));
+            }
+            map
+        };
+        for refused in [
+            "text/plain",
+            "Text/Plain; charset=utf-8",
+            "application/x-www-form-urlencoded",
+            " multipart/form-data; boundary=----x",
+        ] {
+            let error = refuse_form_content_type(&headers(Some(refused))).unwrap_err();
+            assert_eq!(
+                error.status(),
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "{refused}"
+            );
+            assert!(error.to_string().contains("application/json"), "{error}");
+        }
+        for accepted in [
+            None,
+            Some("application/json"),
+            Some("application/json; charset=utf-8"),
+            Some("application/vnd.api+json"),
+        ] {
+            assert_eq!(
+                refuse_form_content_type(&headers(accepted)),
+                Ok(()),
+                "{accepted:?}"
+            );
         }
     }
 

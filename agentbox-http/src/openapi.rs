@@ -60,6 +60,21 @@ pub fn document_plumbing_answers(document: &mut OpenApi, error_schema: &str) {
                     "A field is missing or has a bad value (the error names it).",
                 );
             }
+            let takes_json = operation
+                .request_body
+                .as_ref()
+                .is_some_and(|body| match body {
+                    RefOr::T(body) => body.content.contains_key("application/json"),
+                    RefOr::Ref(_) => false,
+                });
+            if takes_json {
+                add(
+                    operation,
+                    "415",
+                    "The body is labelled as a form (text/plain, urlencoded or multipart), \
+                     which any site can send: send application/json.",
+                );
+            }
             let has_query = operation.parameters.iter().flatten().any(|parameter| {
                 matches!(parameter, RefOr::T(p) if p.parameter_in == ParameterIn::Query)
             });

@@ -95,6 +95,9 @@ impl From<agentbox_http::body::BodyError> for ApiError {
             BodyError::Malformed(_) | BodyError::Unreadable { .. } => {
                 Self::new(error.status(), "bad_request", error.to_string())
             }
+            BodyError::FormContentType(_) => {
+                Self::new(error.status(), "unsupported_media_type", error.to_string())
+            }
         }
     }
 }

@@ -299,6 +299,55 @@ async fn state_changes_riding_on_the_cookie_need_this_origin() {
     assert_eq!(made.status, StatusCode::CREATED, "{:?}", made.json());
 }
 
+/// Issue 28: a JSON body labelled `text/plain` (or as a form) was accepted. That is what a form on
+/// any site can send without asking first; each such call is refused with 415 before anything
+/// changes, whether it rides on the console's cookie or carries the key.
+#[tokio::test]
+async fn a_json_body_labelled_as_a_form_changes_nothing() {
+    let c = console().await;
+    let cookie = c.sign_in(ADMIN_KEY).await;
+    let body = json!({"name": "forged"}).to_string();
+    for content_type in [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "TEXT/PLAIN",
+    ] {
+        for call in [
+            from_page(Call::post("/v1/keys")).header("cookie", &cookie),
+            Call::post("/v1/keys").bearer(ADMIN_KEY),
+        ] {
+            let answer = c.send(call.bytes(content_type, body.clone())).await;
+            assert_eq!(
+                answer.status,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "{content_type}: {:?}",
+                answer.json()
+            );
+            let message = answer.json()["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(message.contains("application/json"), "{message}");
+        }
+    }
+    let keys = c.send(Call::get("/v1/keys").bearer(ADMIN_KEY)).await;
+    assert_eq!(
+        keys.json()["keys"].as_array().map(Vec::len),
+        Some(1),
+        "no key was made"
+    );
+    let made = c
+        .send(
+            Call::post("/v1/keys")
+                .bearer(ADMIN_KEY)
+                .bytes("application/json; charset=utf-8", body),
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{:?}", made.json());
+}
+
 /// Sign-out ends the session on the server: a copy of the cookie kept by an attacker (or
 /// replayed from a log) no longer opens anything, and the browser is told to drop it.
 #[tokio::test]

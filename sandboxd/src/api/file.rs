@@ -660,6 +660,7 @@ pub(crate) fn write_body_limit(limits: Limits) -> usize {
 
 /// Reads a JSON body of at most `limit` bytes the way [`AioJson`] does.
 async fn read_json<T: DeserializeOwned>(request: Request, limit: usize) -> Result<T, ApiError> {
+    agentbox_http::body::refuse_form_content_type(request.headers())?;
     let bytes = http_body_util::Limited::new(request.into_body(), limit)
         .collect()
         .await

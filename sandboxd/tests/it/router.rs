@@ -164,6 +164,47 @@ async fn a_request_no_route_takes_needs_the_key_first() {
     assert_eq!(status, StatusCode::OK, "liveness stays open");
 }
 
+/// Issue 28: a JSON body labelled as a form (what any site's form can send) is refused with 415,
+/// and nothing is written; labelled as JSON, the same write goes through.
+#[tokio::test]
+async fn a_json_body_labelled_as_a_form_changes_nothing() {
+    let app = app(Some("k1"));
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("forged.txt");
+    let body = serde_json::json!({"file": file, "content": "forged"}).to_string();
+    for content_type in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+    ] {
+        let (status, answer) = call(
+            &app,
+            Call::post("/v1/file/write")
+                .bearer("k1")
+                .bytes(content_type, body.clone()),
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{content_type}: {answer}"
+        );
+        assert!(!file.exists(), "{content_type}: the file was written");
+    }
+    let (status, answer) = call(
+        &app,
+        Call::post("/v1/file/write")
+            .bearer("k1")
+            .bytes("application/json", body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(&file).ok().as_deref(),
+        Some("forged")
+    );
+}
+
 #[tokio::test]
 async fn readyz_with_no_programs_is_ready() {
     let (status, body) = call(&app(None), Call::get("/readyz")).await;
