@@ -18,6 +18,10 @@ pub struct SettingsError {
 
 pub use agentbox_http::logging::LogFormat;
 
+/// The shortest API key sandboxd starts with. The orchestrator's sandbox keys are far longer;
+/// this refuses the `k`s and `test`s that a person running a sandbox by hand might choose.
+pub const MIN_API_KEY_CHARS: usize = 16;
+
 /// Everything sandboxd needs to know about its environment.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -269,10 +273,22 @@ impl Settings {
             None => vec![home_dir.clone(), PathBuf::from("/tmp")],
             Some(text) => parse_roots(&text)?,
         };
-        let api_key = match get("SANDBOX_API_KEY_FILE") {
-            Some(path) => Some(read_key_file(&path)?),
-            None => get("SANDBOX_API_KEY"),
+        let (api_key, key_source) = match get("SANDBOX_API_KEY_FILE") {
+            Some(path) => (Some(read_key_file(&path)?), "SANDBOX_API_KEY_FILE"),
+            None => (get("SANDBOX_API_KEY"), "SANDBOX_API_KEY"),
         };
+        if let Some(key) = &api_key
+            && key.chars().count() < MIN_API_KEY_CHARS
+        {
+            return Err(SettingsError {
+                name: key_source,
+                message: format!(
+                    "holds a key of {} characters: use at least {MIN_API_KEY_CHARS} random \
+                     characters (a short key can be guessed)",
+                    key.chars().count()
+                ),
+            });
+        }
         let api_key = match (api_key, get("SANDBOX_AUTH").as_deref()) {
             (Some(_), Some("none")) => {
                 return Err(SettingsError {
@@ -460,6 +476,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    const TEST_KEY: &str = "config-test-key-0123";
+
     /// Settings from `vars`, with a key unless the test names the key or the auth mode.
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
         let mut map: HashMap<String, String> = vars
@@ -470,7 +488,7 @@ mod tests {
             .iter()
             .any(|name| map.contains_key(*name))
         {
-            map.insert("SANDBOX_API_KEY".into(), "test-key".into());
+            map.insert("SANDBOX_API_KEY".into(), TEST_KEY.into());
         }
         Settings::from_lookup(|name| map.get(name).cloned())
     }
@@ -479,7 +497,7 @@ mod tests {
     fn defaults() {
         let s = settings(&[("HOME", "/home/agent")]).unwrap();
         assert_eq!(s.listen.to_string(), "0.0.0.0:8080");
-        assert_eq!(s.api_key.as_deref(), Some("test-key"));
+        assert_eq!(s.api_key.as_deref(), Some(TEST_KEY));
         assert_eq!(s.idle_exit, None);
         assert_eq!(s.workspace, PathBuf::from("/home/agent/workspace"));
         assert_eq!(
@@ -611,10 +629,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sandboxd-key-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("key");
-        std::fs::write(&path, "s3cret\n").unwrap();
+        std::fs::write(&path, "s3cret-s3cret-s3cret\n").unwrap();
         let p = path.display().to_string();
         let s = settings(&[("SANDBOX_API_KEY_FILE", &p), ("SANDBOX_API_KEY", "ignored")]).unwrap();
-        assert_eq!(s.api_key.as_deref(), Some("s3cret"));
+        assert_eq!(s.api_key.as_deref(), Some("s3cret-s3cret-s3cret"));
         assert!(!path.exists());
         let err = settings(&[("SANDBOX_API_KEY_FILE", &p)]).unwrap_err();
         assert_eq!(err.name, "SANDBOX_API_KEY_FILE");
@@ -634,12 +652,38 @@ mod tests {
         let err = settings(&[("SANDBOX_AUTH", "key")]).unwrap_err();
         assert_eq!(err.name, "SANDBOX_API_KEY");
         assert_eq!(settings(&[("SANDBOX_AUTH", "none")]).unwrap().api_key, None);
-        let err = settings(&[("SANDBOX_AUTH", "none"), ("SANDBOX_API_KEY", "k")]).unwrap_err();
+        let err = settings(&[("SANDBOX_AUTH", "none"), ("SANDBOX_API_KEY", TEST_KEY)]).unwrap_err();
         assert_eq!(err.name, "SANDBOX_AUTH");
         let err = settings(&[("SANDBOX_AUTH", "off")]).unwrap_err();
         assert_eq!(err.name, "SANDBOX_AUTH");
-        let s = settings(&[("SANDBOX_API_KEY", "k"), ("SANDBOXD_IDLE_EXIT_SECS", "30")]).unwrap();
-        assert_eq!(s.api_key.as_deref(), Some("k"));
+        let s = settings(&[
+            ("SANDBOX_API_KEY", TEST_KEY),
+            ("SANDBOXD_IDLE_EXIT_SECS", "30"),
+        ])
+        .unwrap();
+        assert_eq!(s.api_key.as_deref(), Some(TEST_KEY));
         assert_eq!(s.idle_exit, Some(Duration::from_secs(30)));
+    }
+
+    /// Issue 28: sandboxd started with a 3-character key. Shorter than 16 characters is a
+    /// start-up error naming the variable (and not the key); 16 is enough.
+    #[test]
+    fn a_short_key_is_refused_at_start_up() {
+        for short in ["abc", "x7Q", "fifteen-chars-x"] {
+            let err = settings(&[("SANDBOX_API_KEY", short)]).unwrap_err();
+            assert_eq!(err.name, "SANDBOX_API_KEY", "{short}");
+            assert!(err.to_string().contains("at least 16"), "{err}");
+            assert!(
+                !err.to_string().contains(short),
+                "the key is not printed: {err}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        std::fs::write(&path, "abc\n").unwrap();
+        let err = settings(&[("SANDBOX_API_KEY_FILE", &path.display().to_string())]).unwrap_err();
+        assert_eq!(err.name, "SANDBOX_API_KEY_FILE");
+        let s = settings(&[("SANDBOX_API_KEY", "sixteen-chars-xy")]).unwrap();
+        assert_eq!(s.api_key.as_deref(), Some("sixteen-chars-xy"));
     }
 }

@@ -68,7 +68,7 @@ impl Sandbox {
         if docker(&["image", "inspect", &image]).is_err() {
             bail!("image {image} is missing: build it with images/build.sh");
         }
-        let api_key = format!("test-key-{:x}", rand_u64());
+        let api_key = format!("test-key-{:016x}", rand_u64());
         let mut args: Vec<String> = vec![
             "run".into(),
             "-d".into(),

@@ -24,7 +24,7 @@ use agentbox_bench::{
 use anyhow::{Context, bail};
 
 const IP: &str = "172.31.250.11";
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789";
 
 pub async fn main() -> anyhow::Result<()> {
     let iterations: usize = arg("--iterations", 50);

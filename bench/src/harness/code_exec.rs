@@ -12,7 +12,7 @@ use agentbox_bench::{Stats, arg, docker, ensure_network, print_header, print_row
 use anyhow::bail;
 
 const IP: &str = "172.31.250.12";
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789";
 
 pub async fn main() -> anyhow::Result<()> {
     let iterations: usize = arg("--iterations", 30);

@@ -27,7 +27,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 const IP: &str = "172.31.250.13";
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789";
 const DIR: &str = "/tmp/watch-bench";
 const SIZE: u64 = 1 << 20;
 

@@ -28,7 +28,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const IP: &str = "172.31.250.13";
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789";
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

@@ -69,7 +69,7 @@ async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Dur
             "--ip",
             FLOOR_IP,
             "-e",
-            "SANDBOX_API_KEY=floor-key",
+            "SANDBOX_API_KEY=floor-key-0123456789",
         ])
         // The same limits and hardening the orchestrator gives each sandbox by default (its
         // `serve` flags), so both arms boot with one CPU: the floor is "docker run per task"
@@ -80,7 +80,11 @@ async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Dur
         .spawn()?;
     let url = format!("http://{FLOOR_IP}:8080/readyz");
     let took = loop {
-        let response = client.get(&url).bearer_auth("floor-key").send().await;
+        let response = client
+            .get(&url)
+            .bearer_auth("floor-key-0123456789")
+            .send()
+            .await;
         if matches!(&response, Ok(r) if r.status() == 200) {
             break started.elapsed();
         }

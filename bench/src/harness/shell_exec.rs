@@ -19,7 +19,7 @@ use agentbox_bench::{
 };
 use anyhow::bail;
 
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789";
 const FORKED: (&str, &str) = ("172.31.250.21", "forked by the zygote");
 const FRESH: (&str, &str) = ("172.31.250.22", "started from scratch");
 

@@ -16,7 +16,7 @@ use agentbox_bench::{NETWORK, Stats, arg, docker, ensure_network, print_header, 
 use anyhow::{Context, bail};
 
 const IP: &str = "172.31.250.10";
-const KEY: &str = "bench-key";
+const KEY: &str = "bench-key-0123456789";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Arm {

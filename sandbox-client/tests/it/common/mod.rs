@@ -18,7 +18,7 @@ use sandboxd::config::Settings;
 use sandboxd::shell::{Shell, ShellConfig};
 use supervisor::{Supervisor, SupervisorConfig};
 
-pub const KEY: &str = "client-test-key";
+pub const KEY: &str = "client-test-key-0123";
 
 /// One sandboxd, served until the test ends.
 pub struct Sandboxd {
