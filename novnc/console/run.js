@@ -184,8 +184,25 @@ $('share-revoke-all').addEventListener('click', async () => {
   } catch (error) { fail(`Could not revoke: ${error.message}`); }
 });
 
+// The first read of the run, asked again while the failure may pass (the orchestrator
+// unreachable for a moment, a 5xx, a 429): one failed read left the page at "loading" for good.
+async function firstRead() {
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      return await api(base);
+    } catch (error) {
+      fail(`Could not read the run: ${error.message}`);
+      const passing = error.status === 0 || error.status === 429 || error.status >= 500;
+      if (!passing || attempt >= 20) return null;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(500 * 2 ** attempt, 5000)));
+    }
+  }
+}
+
 async function main() {
   shell();
+  if (!(await firstRead())) return;
+  $('error').textContent = '';
   await refresh();
   if (!run) return;
   $('task').textContent = run.task;
