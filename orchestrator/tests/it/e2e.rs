@@ -1008,12 +1008,24 @@ async fn metrics_and_openapi_are_served() -> anyhow::Result<()> {
 }
 
 /// Removes what a half-started orchestrator may have made (its network, its egress chains).
-struct InstanceCleanup(String);
+/// Removes what an orchestrator instance left behind: containers it began to create for its warm
+/// pool when the stop came (its next start would reconcile them away, but each case here is a new
+/// instance), its network and its egress rules.
+struct InstanceCleanup {
+    instance: String,
+    network: String,
+}
 
 impl Drop for InstanceCleanup {
     fn drop(&mut self) {
-        let _ = docker(&["network", "rm", &self.0]);
-        common::remove_egress_rules(&self.0);
+        let label = format!("label=agentbox.instance={}", self.instance);
+        if let Ok(ids) = docker(&["ps", "-aq", "--filter", &label]) {
+            for id in ids.split_whitespace() {
+                let _ = docker(&["rm", "-f", id]);
+            }
+        }
+        let _ = docker(&["network", "rm", &self.network]);
+        common::remove_egress_rules(&self.network);
     }
 }
 
@@ -1043,7 +1055,10 @@ async fn a_stop_at_any_moment_of_start_up_ends_the_orchestrator_with_exit_0() ->
     for (after, delay_ms, signals) in cases {
         let instance = format!("test-{:x}", agentbox_tests::rand_u64());
         let network = format!("agentbox-{instance}");
-        let _cleanup = InstanceCleanup(network.clone());
+        let _cleanup = InstanceCleanup {
+            instance: instance.clone(),
+            network: network.clone(),
+        };
         let data = tempfile::tempdir()?;
         let mut child = Command::new(env!("CARGO_BIN_EXE_orchestrator"))
             .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
