@@ -1718,7 +1718,20 @@ async fn commands_still_run_after_the_shell_state_is_removed() {
     };
     let removed = roots();
     assert_eq!(removed.len(), 1, "{removed:?}");
-    std::fs::remove_dir_all(&removed[0]).unwrap();
+    // sandboxd may be making a directory in it meanwhile (the FIFOs of the next ready bash, off
+    // the request path), which fails a single removal with ENOTEMPTY: remove until it is gone,
+    // as a command repeating `rm -rf` would.
+    let mut attempts = 0;
+    while let Err(error) = std::fs::remove_dir_all(&removed[0]) {
+        attempts += 1;
+        match error.kind() {
+            std::io::ErrorKind::NotFound => break,
+            std::io::ErrorKind::DirectoryNotEmpty if attempts < 100 => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            _ => panic!("removing {}: {error}", removed[0].display()),
+        }
+    }
     for session in ["kept", "new-a", "new-b", "kept", "new-a"] {
         let data = sandbox.run(session, "echo ran; pwd").await;
         assert_eq!(data["exit_code"], 0, "{data}");
