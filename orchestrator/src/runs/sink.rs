@@ -13,8 +13,8 @@ use std::time::Duration;
 use agent::{Checkpoint, Event, EventSink, ObservationMeta, RunStatus, SinkError};
 use async_trait::async_trait;
 use bytes::Bytes;
-use sandbox_client::SandboxClient;
 use sandbox_client::types::FileListRequest;
+use sandbox_client::{ClientError, SandboxClient};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
@@ -177,8 +177,18 @@ impl RunSink {
                 copied.insert(name, stamp);
                 continue;
             }
-            let bytes = match sandbox.client.file_download(&file.path).await {
+            // The listed size is the sandbox's word: what it sends is bounded on its own.
+            let download = sandbox
+                .client
+                .file_download_at_most(&file.path, MAX_ARTIFACT_BYTES)
+                .await;
+            let bytes = match download {
                 Ok(bytes) => Bytes::from(bytes),
+                Err(error @ ClientError::TooLarge { .. }) => {
+                    tracing::warn!(run_id = %self.run_id, %name, %error, "output grew too large to keep");
+                    copied.insert(name, stamp);
+                    continue;
+                }
                 Err(error) => {
                     tracing::warn!(run_id = %self.run_id, %name, %error, "copying an output failed");
                     continue;

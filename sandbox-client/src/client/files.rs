@@ -4,7 +4,7 @@
 use reqwest::Method;
 use reqwest::multipart::{Form, Part};
 
-use super::SandboxClient;
+use super::{SandboxClient, read_body};
 use crate::error::ClientError;
 use crate::types::{
     FileDownloadQuery, FileListRequest, FileListResult, FileReadRequest, FileReadResult,
@@ -49,13 +49,25 @@ impl SandboxClient {
 
     /// A file's bytes (at most [`ClientConfig::max_body_bytes`](super::ClientConfig)).
     pub async fn file_download(&self, path: &str) -> Result<Vec<u8>, ClientError> {
+        self.file_download_at_most(path, u64::MAX).await
+    }
+
+    /// A file's bytes, refused with [`ClientError::TooLarge`] past `limit` bytes (or
+    /// [`ClientConfig::max_body_bytes`](super::ClientConfig), if lower) however large a listing
+    /// said it was: the file may have grown since, and what sandboxd sends is what counts. At
+    /// most `limit` bytes are ever held.
+    pub async fn file_download_at_most(
+        &self,
+        path: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, ClientError> {
         const OPERATION: &str = "file download";
         let query = FileDownloadQuery {
             path: path.to_string(),
         };
         let request = self.request(Method::GET, "/v1/file/download").query(&query);
         let response = self.send(OPERATION, request).await?;
-        self.bytes(OPERATION, response).await
+        read_body(OPERATION, response, limit.min(self.max_body_bytes)).await
     }
 
     /// Uploads `content` as a file named `file_name`, to `path` (a file, or a directory to put

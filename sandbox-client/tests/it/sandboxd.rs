@@ -275,6 +275,24 @@ async fn limits_and_transport_errors() -> Result<()> {
         matches!(error, ClientError::TooLarge { limit: 9_999, .. }),
         "{error:?}"
     );
+    // A caller's own bound holds below the client's, whatever a listing said the size was.
+    let client =
+        SandboxClient::with_config(&sandbox.base, Some(common::KEY), &ClientConfig::default())?;
+    let error = client.file_download_at_most(&big, 9_999).await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::TooLarge { limit: 9_999, .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        client.file_download_at_most(&big, 10_000).await?.len(),
+        10_000
+    );
+    // And the client's bound holds above the caller's.
+    let error = small.file_download_at_most(&big, 20_000).await.unwrap_err();
+    assert!(
+        matches!(error, ClientError::TooLarge { limit: 9_999, .. }),
+        "{error:?}"
+    );
 
     // A port nobody listens on: a transport error, quickly.
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
