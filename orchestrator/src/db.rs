@@ -46,6 +46,51 @@ pub enum StoreError {
     Corrupt { what: &'static str, message: String },
 }
 
+impl StoreError {
+    /// The database is busy: another writer held its lock past the busy timeout (SQLite's
+    /// `SQLITE_BUSY` and `SQLITE_LOCKED`, with their extended codes; Postgres' lock timeouts,
+    /// serialization failures and deadlocks) or no pooled connection came free in time.
+    /// Nothing was written, and the same call may well succeed a moment later.
+    pub fn is_busy(&self) -> bool {
+        let (Self::Query { source, .. } | Self::Connect { source, .. }) = self else {
+            return false;
+        };
+        match source {
+            sqlx::Error::PoolTimedOut => true,
+            sqlx::Error::Database(error) => {
+                if let Some(sqlite) = error.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+                    use sqlx::error::DatabaseError;
+                    // Extended result codes keep the primary code in their low byte.
+                    sqlite
+                        .code()
+                        .and_then(|code| code.parse::<i32>().ok())
+                        .is_some_and(|code| matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
+                } else if let Some(postgres) =
+                    error.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                {
+                    matches!(postgres.code(), "55P03" | "40001" | "40P01")
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+}
+
+/// SQLite's primary result codes for a lock held elsewhere (sqlite3.h).
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
+
+/// How long a SQLite write waits for another writer's lock before the call fails as busy
+/// ([`StoreError::is_busy`]): the orchestrator's own transactions take milliseconds, so only a
+/// lock held from outside (a backup, a `sqlite3` shell) lasts this long, and the API answers
+/// 503 with `Retry-After` instead of holding the request.
+const SQLITE_BUSY_TIMEOUT: &str = "PRAGMA busy_timeout = 2000";
+
+/// How long a call waits for a pooled connection before it fails as busy.
+const POOL_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 type Result<T> = std::result::Result<T, StoreError>;
 
 fn query_error(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -262,14 +307,15 @@ impl Store {
         let is_sqlite = url.starts_with("sqlite:");
         let pool = AnyPoolOptions::new()
             .max_connections(if is_sqlite { 8 } else { 16 })
+            .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
             .after_connect(move |connection, _| {
                 Box::pin(async move {
                     if is_sqlite {
                         use sqlx::Executor;
                         // WAL lets readers proceed during a write; the busy timeout makes
-                        // writers wait for each other instead of failing.
+                        // writers wait for each other instead of failing at once.
                         connection.execute("PRAGMA journal_mode = WAL").await?;
-                        connection.execute("PRAGMA busy_timeout = 10000").await?;
+                        connection.execute(SQLITE_BUSY_TIMEOUT).await?;
                         connection.execute("PRAGMA synchronous = NORMAL").await?;
                     }
                     Ok(())

@@ -69,7 +69,10 @@ pub fn routes() -> axum::Router<AppState> {
 
 impl From<ConsoleError> for ApiError {
     fn from(error: ConsoleError) -> Self {
-        ApiError::internal(error)
+        match error {
+            ConsoleError::Key(error) => ApiError::from(error),
+            ConsoleError::Store(error) => ApiError::from(error),
+        }
     }
 }
 

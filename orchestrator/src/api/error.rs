@@ -20,6 +20,8 @@ pub struct ApiError {
     pub logs: Option<String>,
     /// For 422: where the bad value is (`["body", "field"]`).
     pub loc: Option<Vec<String>>,
+    /// For 503: when to ask again, in seconds (`Retry-After`).
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -30,6 +32,7 @@ impl ApiError {
             message: message.into(),
             logs: None,
             loc: None,
+            retry_after: None,
         }
     }
 
@@ -77,7 +80,13 @@ impl IntoResponse for ApiError {
                 loc: self.loc,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -145,7 +154,7 @@ impl From<SandboxError> for ApiError {
                 error.to_string(),
             ),
             SandboxError::Task(message) => ApiError::internal(message),
-            SandboxError::Store(error) => ApiError::internal(error),
+            SandboxError::Store(error) => ApiError::from(error),
         }
     }
 }
@@ -172,14 +181,27 @@ impl From<RunError> for ApiError {
                 ApiError::new(StatusCode::GATEWAY_TIMEOUT, "timeout", error.to_string())
             }
             RunError::Sandbox(error) => error.into(),
-            RunError::Store(error) => ApiError::internal(error),
+            RunError::Store(error) => ApiError::from(error),
             RunError::Artifact(error) => ApiError::internal(error),
         }
     }
 }
 
+/// A busy database is a 503 to ask again shortly (nothing was changed); any other store
+/// failure is the orchestrator's own (500, logged).
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
+        if error.is_busy() {
+            tracing::warn!(%error, "database busy");
+            return ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_busy",
+                    "the database is busy (another writer holds its lock): nothing was changed; ask again shortly",
+                )
+            };
+        }
         ApiError::internal(error)
     }
 }
@@ -189,7 +211,7 @@ impl From<KeyError> for ApiError {
         match error {
             KeyError::BadName => ApiError::invalid(format!("invalid `name`: {error}")),
             KeyError::WeakAdminKey => ApiError::invalid(error.to_string()),
-            KeyError::Store(error) => ApiError::internal(error),
+            KeyError::Store(error) => ApiError::from(error),
         }
     }
 }

@@ -38,6 +38,47 @@ pub fn finish(document: &mut OpenApi) {
         &["/healthz"],
     );
     agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
+    document_busy_database(document);
+}
+
+/// Every operation but `/healthz` reads or writes the database, which may be busy (see
+/// `ApiError`'s `From<StoreError>`): a 503 with `Retry-After`, unless the route documents its
+/// own 503 already.
+fn document_busy_database(document: &mut OpenApi) {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::header::HeaderBuilder;
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+
+    for (path, item) in document.paths.paths.iter_mut() {
+        if path == "/healthz" {
+            continue;
+        }
+        for operation in agentbox_http::openapi::operations_mut(item) {
+            operation
+                .responses
+                .responses
+                .entry("503".to_string())
+                .or_insert_with(|| {
+                    let mut answer = agentbox_http::openapi::error_answer(
+                        "The database is busy (another writer holds its lock); nothing was \
+                         changed. Ask again after `Retry-After` seconds.",
+                        "ErrorBody",
+                    );
+                    if let RefOr::T(response) = &mut answer {
+                        response.headers.insert(
+                            "Retry-After".to_string(),
+                            RefOr::T(
+                                HeaderBuilder::new()
+                                    .schema(Some(ObjectBuilder::new().schema_type(Type::Integer)))
+                                    .description(Some("Seconds to wait before asking again."))
+                                    .build(),
+                            ),
+                        );
+                    }
+                    answer
+                });
+        }
+    }
 }
 
 /// `GET /v1/openapi.json`.

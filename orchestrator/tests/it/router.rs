@@ -206,3 +206,64 @@ async fn the_command_line_prints_the_apis_answers() {
         "the server's status and message: {err:?}"
     );
 }
+
+/// A database locked from outside (a backup, a `sqlite3` shell holding a write transaction):
+/// a write answers 503 with `Retry-After` once the busy timeout has passed (not a 500 after ten
+/// seconds), changes nothing, and the same call succeeds once the lock is gone.
+#[tokio::test]
+async fn a_locked_database_answers_503_with_retry_after_and_changes_nothing() {
+    use sqlx::Connection;
+
+    let fixture = app().await;
+    let create = || {
+        Call::post("/v1/keys")
+            .bearer(ADMIN_KEY)
+            .json(&serde_json::json!({"name": "while-locked"}))
+    };
+    let names = || async {
+        let answer = send(&fixture.app, Call::get("/v1/keys").bearer(ADMIN_KEY)).await;
+        assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+        answer.json()["keys"]
+            .as_array()
+            .expect("keys")
+            .iter()
+            .map(|key| key["name"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+
+    let url = orchestrator::db::sqlite_url(fixture.data.path());
+    let mut holder = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("a second connection to the database");
+    // Takes the write lock and keeps it until the rollback.
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut holder)
+        .await
+        .expect("the write lock");
+    let answer = send(&fixture.app, create()).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        answer.body
+    );
+    assert_eq!(answer.header("retry-after"), Some("1"));
+    assert_eq!(answer.json()["error"]["code"], "database_busy");
+    // Readers go on meanwhile (WAL), and see nothing of the refused write.
+    assert!(!names().await.contains(&"while-locked".to_string()));
+
+    sqlx::query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .expect("the lock released");
+    let answer = send(&fixture.app, create()).await;
+    assert_eq!(answer.status, StatusCode::CREATED, "{:?}", answer.body);
+    assert_eq!(
+        names()
+            .await
+            .iter()
+            .filter(|name| *name == "while-locked")
+            .count(),
+        1
+    );
+}
