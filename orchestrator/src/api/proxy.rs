@@ -17,8 +17,9 @@
 //!   WebSocket, relayed through [`RfbFilter`] to sandboxd's `/vnc/websockify` (view tokens ask
 //!   sandboxd for a view-only session too, so x11vnc itself refuses their input).
 //!
-//! Every WebSocket session is registered with its authority ([`crate::sessions`]) and ends when
-//! the key or token behind it is revoked or expires, or when the sandbox stops being ready.
+//! Every WebSocket session, and every plain HTTP answer while its body streams (event streams,
+//! downloads), is registered with its authority ([`crate::sessions`]) and ends when the key or
+//! token behind it is revoked or expires, or when the sandbox stops being ready.
 //! Every proxied request and open session counts as activity for the idle reaper.
 
 use axum::Extension;
@@ -37,7 +38,7 @@ use crate::backend::SANDBOXD_PORT;
 use crate::db::SandboxRecord;
 use crate::proxy::rfb::{InputGate, RfbFilter};
 use crate::sandboxes::AccessError;
-use crate::sessions::Authority;
+use crate::sessions::{Authority, SessionGuard};
 use crate::tokens::{Claims, Scope};
 use agentbox_http::ws::RelayFilter;
 
@@ -206,14 +207,51 @@ async fn api(
     if response.status() == StatusCode::UNAUTHORIZED {
         return Err(not_the_sandbox(&state, &record));
     }
-    // Keep the sandbox active until the body has been sent (long downloads, event streams).
+    // A streamed answer (an event stream, a long download) rests on the caller's key as a
+    // WebSocket does: revoking the key, or the sandbox ending, cuts it off mid-body. Until the
+    // body has been sent the sandbox counts as active.
+    let session = state.sandboxes.sessions().open(Authority {
+        sandbox_id: id.clone(),
+        key_id: Some(caller.key_id.clone()),
+        token_id: None,
+        expires_at: None,
+        console_session: None,
+        kind: "api",
+    });
     let (mut parts, body) = response.into_parts();
     sandboxed(&mut parts.headers, is_download);
-    let body = Body::from_stream(body.into_data_stream().map(move |chunk| {
-        let _ = &hold;
-        chunk
-    }));
-    Ok(Response::from_parts(parts, body))
+    Ok(Response::from_parts(
+        parts,
+        ending_with_authority(body, session, hold, id),
+    ))
+}
+
+/// `body`, aborted as soon as `session`'s authority ends: with an error, so that the client
+/// sees a cut-off answer (no last chunk, or fewer bytes than its length), never a complete
+/// one. `hold` lives as long as the body.
+fn ending_with_authority<H: Send + 'static>(
+    body: Body,
+    session: SessionGuard,
+    hold: H,
+    sandbox_id: String,
+) -> Body {
+    let data = body.into_data_stream();
+    let state = Some((data, session, hold, sandbox_id));
+    let chunks = futures_util::stream::unfold(state, |state| async move {
+        let (mut data, mut session, hold, sandbox_id) = state?;
+        tokio::select! {
+            biased;
+            why = session.ended() => {
+                tracing::info!(%sandbox_id, %why, "a streamed answer was cut off");
+                let error = std::io::Error::other(format!("the answer was cut off: {why}"));
+                Some((Err(axum::Error::new(error)), None))
+            }
+            chunk = data.next() => {
+                chunk.map(|chunk| (chunk, Some((data, session, hold, sandbox_id))))
+            }
+        }
+    });
+    Body::from_stream(chunks)
 }
 
 /// Marks an answer as sandbox-originated content: never script on this origin, never sniffed,

@@ -302,6 +302,33 @@ async fn finding_4_sessions_end_when_their_token_or_key_does() -> anyhow::Result
         &format!("/v1/sandboxes/{id}/vnc/websockify?token={long_token}"),
     );
     let mut vnc = ws(&vnc_url, &[]).await.unwrap();
+    // Plain HTTP answers that stream: a file watch's event stream through the API (it went on
+    // delivering after the key was revoked).
+    let (status, watch) = orchestrator
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{id}/api/v1/file/watch"),
+            Some(&alice),
+            Some(json!({"path": "."})),
+        )
+        .await?;
+    assert_eq!(status, 200, "{watch}");
+    let watcher = watch["watcher_id"].as_str().context("watcher_id")?;
+    let mut events = orchestrator
+        .http
+        .get(orchestrator.u(&format!(
+            "/v1/sandboxes/{id}/api/v1/file/watch/{watcher}/events"
+        )))
+        .bearer_auth(&alice)
+        .header("accept", "text/event-stream")
+        .send()
+        .await?;
+    assert_eq!(events.status(), 200);
+    let first = events.chunk().await?.context("the stream's first event")?;
+    assert!(
+        String::from_utf8_lossy(&first).contains("watch_started"),
+        "{first:?}"
+    );
 
     let revoked = Instant::now();
     let (status, _) = orchestrator
@@ -323,6 +350,19 @@ async fn finding_4_sessions_end_when_their_token_or_key_does() -> anyhow::Result
             .await
             .with_context(|| format!("{name} after the key was revoked"))?;
     }
+    // The event stream is cut off (an error, not a clean end), whatever it still had to send.
+    let cut = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match events.chunk().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return "ended cleanly",
+                Err(_) => return "cut off",
+            }
+        }
+    })
+    .await
+    .context("the event stream outlived the key")?;
+    assert_eq!(cut, "cut off");
     assert!(revoked.elapsed() < Duration::from_secs(5));
     assert!(
         ws(&format!("{cdp_url}?token={long_token}"), &[])
