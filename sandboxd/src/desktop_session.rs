@@ -7,7 +7,7 @@
 mod action;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use desktop::{Desktop, DesktopError, EncodedImage, ImageFormat, fit_within};
@@ -75,6 +75,9 @@ pub struct DesktopSession {
     next_shot: AtomicU64,
     /// The screen's fingerprint just before the last action, until a WAIT_SETTLED uses it.
     screen_before_action: Mutex<Option<u64>>,
+    /// Whether anyone has asked for a WAIT_SETTLED here: only then do actions pay for a capture
+    /// of the screen before them (a few milliseconds), which only such a wait reads.
+    settle_waits_used: AtomicBool,
 }
 
 impl DesktopSession {
@@ -85,6 +88,7 @@ impl DesktopSession {
             shots: Mutex::new(VecDeque::with_capacity(REMEMBERED_SHOTS)),
             next_shot: AtomicU64::new(1),
             screen_before_action: Mutex::new(None),
+            settle_waits_used: AtomicBool::new(false),
         }
     }
 

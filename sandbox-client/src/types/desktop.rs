@@ -258,7 +258,9 @@ pub enum DesktopAction {
     /// Wait until the screen stops changing for `quiet_ms` (default 300), at most
     /// `timeout_ms` (default 5000, at most 60000). Right after another action whose effect is
     /// already on screen (the screen differs from just before that action), half of `quiet_ms`
-    /// is enough: the answer's `settle.quiet_ms` says which applied.
+    /// is enough: the answer's `settle.quiet_ms` says which applied. Actions take that "before"
+    /// frame only once a wait has been asked for in this sandbox (clients that never wait do not
+    /// pay for a capture), so the first wait applies the whole quiet period.
     WaitSettled {
         quiet_ms: Option<u64>,
         timeout_ms: Option<u64>,

@@ -7,6 +7,7 @@
 //! `x_offset`), as the browser's and the file service's errors do, so the API can point at it.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use desktop::keys::{self as key_names, KeyNameError};
@@ -364,6 +365,7 @@ impl DesktopSession {
         match step {
             Step::Wait(duration) => tokio::time::sleep(duration).await,
             Step::Settle { quiet, timeout } => {
+                self.settle_waits_used.store(true, Ordering::Relaxed);
                 let before = self.take_screen_before_action();
                 let report = self
                     .blocking(move |d| d.wait_until_settled_after(before, quiet, timeout))
@@ -373,15 +375,25 @@ impl DesktopSession {
             Step::Nothing => {}
             step => {
                 // The screen as it was before the action, so a WAIT_SETTLED after it can tell
-                // whether the effect is already on screen (one capture, ~1-2 ms).
+                // whether the effect is already on screen (one capture, a few milliseconds).
+                // Only where settle waits are asked for: a client that never waits (most AIO
+                // clients) does not pay for it. The first wait of a session, with no frame to
+                // compare, applies its whole quiet period.
+                let fingerprint = self.settle_waits_used.load(Ordering::Relaxed);
                 let before = self
                     .blocking(move |d| {
-                        let before = d.capture()?.fingerprint();
+                        let before = if fingerprint {
+                            Some(d.capture()?.fingerprint())
+                        } else {
+                            None
+                        };
                         run(d, &step)?;
                         Ok(before)
                     })
                     .await?;
-                self.set_screen_before_action(before);
+                if let Some(before) = before {
+                    self.set_screen_before_action(before);
+                }
             }
         }
         let cursor = self.blocking(|d| d.cursor_position()).await?;

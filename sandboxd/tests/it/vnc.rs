@@ -255,6 +255,22 @@ fn pointer(display: &str) -> Result<(i16, i16)> {
     Ok((reply.root_x, reply.root_y))
 }
 
+/// Fills the root window with `pixel` (0xRRGGBB on Xvfb's 24-bit screen), as an application
+/// repainting would; returns once the server has drawn it.
+fn paint_root(display: &str, pixel: u32) -> Result<()> {
+    use x11rb::protocol::xproto::ChangeWindowAttributesAux;
+    let (conn, screen) = x11rb::rust_connection::RustConnection::connect(Some(display))?;
+    let root = conn.setup().roots[screen].root;
+    conn.change_window_attributes(
+        root,
+        &ChangeWindowAttributesAux::new().background_pixel(pixel),
+    )?;
+    conn.clear_area(false, root, 0, 0, 0, 0)?;
+    // A round trip: everything before it has been processed.
+    conn.get_input_focus()?.reply()?;
+    Ok(())
+}
+
 fn x11vnc_state(supervisor: &Supervisor) -> Option<ProgramState> {
     supervisor
         .status()
@@ -532,15 +548,33 @@ async fn desktop_actions_go_through_the_session_to_the_display() -> Result<()> {
     assert_eq!(cursor(&answer), (Some(10), Some(20)), "{answer}");
     assert_eq!(answer["action_performed"], "DRAG_TO");
 
-    let (status, answer) = act(serde_json::json!({
-        "action_type": "WAIT_SETTLED", "quiet_ms": 50, "timeout_ms": 2000
-    }))
-    .await?;
+    // The screen changes after the drag. No settle wait had been asked for yet, so the actions
+    // took no frame of the screen before them (clients that never wait do not pay for one):
+    // with nothing to compare, the first wait applies its whole quiet period.
+    paint_root(&desktop.display, 0xff_00_00)?;
+    let settle = async || {
+        let (status, answer) = act(serde_json::json!({
+            "action_type": "WAIT_SETTLED", "quiet_ms": 50, "timeout_ms": 2000
+        }))
+        .await?;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["data"]["settle"]["settled"], true, "{answer}");
+        Ok::<_, anyhow::Error>(answer["data"]["settle"]["quiet_ms"].clone())
+    };
+    assert_eq!(settle().await?, 50);
+    // From now on each action fingerprints the screen first: an effect already on screen when
+    // the wait begins halves the quiet period...
+    let (status, answer) =
+        act(serde_json::json!({"action_type": "MOVE_TO", "x": 5, "y": 5})).await?;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["data"]["settle"]["settled"], true, "{answer}");
-    // The drag moved only the pointer, which captures leave out: the action had no effect on
-    // screen, so the whole quiet period applied.
-    assert_eq!(answer["data"]["settle"]["quiet_ms"], 50, "{answer}");
+    paint_root(&desktop.display, 0x00_00_ff)?;
+    assert_eq!(settle().await?, 25);
+    // ...and an action that changed nothing on screen (a pointer move, back to where the drag
+    // left it: captures leave the pointer out) keeps it whole.
+    let (status, answer) =
+        act(serde_json::json!({"action_type": "MOVE_TO", "x": 10, "y": 20})).await?;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(settle().await?, 50);
 
     for (action, field) in [
         (
