@@ -20,6 +20,10 @@ pub enum Scope {
     View,
     /// Watch and take over: input passes; CDP too.
     Control,
+    /// Chromium's DevTools only (the CDP proxy): no viewer, no share page. Put in the CDP URL
+    /// that `/v1/browser/info` reports through the orchestrator, for clients that cannot send
+    /// an `Authorization` header on their CDP connection.
+    Cdp,
 }
 
 impl Scope {
@@ -27,6 +31,7 @@ impl Scope {
         match self {
             Scope::View => "view",
             Scope::Control => "control",
+            Scope::Cdp => "cdp",
         }
     }
 }

@@ -474,7 +474,11 @@ async fn share_access(
         ));
     };
     let (run, sandbox_id) = shared_run(state, id).await?;
-    match state.sandboxes.verify_token(token, &sandbox_id).await? {
+    match state
+        .sandboxes
+        .verify_viewer_token(token, &sandbox_id)
+        .await?
+    {
         Ok((claims, record)) => Ok((run, claims, record.issuer_key_id, token.to_string())),
         Err(error) => Err(share_refused_api(&error)),
     }
@@ -510,7 +514,11 @@ async fn share_page(
         }
         Err(error) => return Err(error),
     };
-    let claims = match state.sandboxes.verify_token(&token, &sandbox_id).await? {
+    let claims = match state
+        .sandboxes
+        .verify_viewer_token(&token, &sandbox_id)
+        .await?
+    {
         Ok((claims, _)) => claims,
         Err(error) => return Ok(share_refused(&error)),
     };

@@ -3,7 +3,9 @@
 //! key, so its sandboxd refuses the orchestrator (and the proxy reports the sandbox gone).
 //!
 //! - `ANY /v1/sandboxes/{id}/api/{path}`: sandboxd's API (HTTP with streaming bodies, and
-//!   WebSockets), with the caller's API key swapped for the sandbox's. Every answer is
+//!   WebSockets), with the caller's API key swapped for the sandbox's; the URLs in
+//!   `/v1/browser/info` become this server's, with credentials a client needs no header for
+//!   ([`browser_info_for_the_client`]). Every answer is
 //!   sandbox-originated content: it carries `Content-Security-Policy: sandbox` and `nosniff`
 //!   (downloads also `Content-Disposition: attachment`), so nothing an agent wrote runs as
 //!   script on this origin.
@@ -195,6 +197,8 @@ async fn api(
         .await;
     }
     let is_download = path.starts_with("/v1/file/download");
+    let is_browser_info =
+        request.method() == Method::GET && path.split('?').next() == Some("/v1/browser/info");
     let activity = state.sandboxes.activity().clone();
     let hold = activity.hold(&id);
     let upstream = format!("http://{}:{SANDBOXD_PORT}{path}", address(&record)?);
@@ -206,6 +210,9 @@ async fn api(
         .map_err(|e| bad_gateway(e.to_string()))?;
     if response.status() == StatusCode::UNAUTHORIZED {
         return Err(not_the_sandbox(&state, &record));
+    }
+    if is_browser_info && response.status() == StatusCode::OK {
+        return browser_info_for_the_client(&state, &caller, &id, response).await;
     }
     // A streamed answer (an event stream, a long download) rests on the caller's key as a
     // WebSocket does: revoking the key, or the sandbox ending, cuts it off mid-body. Until the
@@ -224,6 +231,67 @@ async fn api(
         parts,
         ending_with_authority(body, session, hold, id),
     ))
+}
+
+/// How long the credentials in a proxied `/v1/browser/info` last. Sessions opened with them
+/// end then too: a client that runs longer asks for the browser info again.
+const BROWSER_INFO_TTL_SECS: i64 = 3600;
+/// The largest browser info answer read (it is a few hundred bytes).
+const MAX_BROWSER_INFO: usize = 64 * 1024;
+
+/// sandboxd's `/v1/browser/info` reports URLs at its own address, which a client of this server
+/// can neither reach nor, with no way to send a header (Playwright's `connect_over_cdp(url)`,
+/// a browser opening the viewer), authenticate to. Through the proxy they become this server's
+/// routes for the sandbox, each carrying a credential the caller's key issues for
+/// [`BROWSER_INFO_TTL_SECS`]: `cdp_url` the CDP route with a `cdp` token (DevTools only: no
+/// viewer, no share page), `vnc_url` the viewer with a `view` token (watch only). Revoking the
+/// key or the tokens ends what they opened.
+async fn browser_info_for_the_client(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    response: Response,
+) -> Result<Response, ApiError> {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BROWSER_INFO)
+        .await
+        .map_err(|e| bad_gateway(format!("reading the sandbox's browser info: {e}")))?;
+    let mut info: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| bad_gateway(format!("the sandbox's browser info is not JSON: {e}")))?;
+    let Some(data) = info
+        .get_mut("data")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return Err(bad_gateway("the sandbox's browser info has no `data`"));
+    };
+    let issue = async |scope: Scope| {
+        state
+            .sandboxes
+            .issue_token(
+                id,
+                caller.owner(),
+                &caller.key_id,
+                scope,
+                BROWSER_INFO_TTL_SECS,
+            )
+            .await
+            .map(|(token, _)| token)
+    };
+    let cdp_token = issue(Scope::Cdp).await?;
+    let view_token = issue(Scope::View).await?;
+    let query = serde_urlencoded::to_string([("token", cdp_token.as_str())]).unwrap_or_default();
+    let cdp_url = format!("{}/v1/sandboxes/{id}/cdp?{query}", state.public_url)
+        .replacen("https://", "wss://", 1)
+        .replacen("http://", "ws://", 1);
+    data.insert("cdp_url".into(), cdp_url.into());
+    data.insert(
+        "vnc_url".into(),
+        super::tokens::viewer_url(state, id, &view_token).into(),
+    );
+    let body = serde_json::to_vec(&info).map_err(ApiError::internal)?;
+    parts.headers.remove(header::CONTENT_LENGTH);
+    sandboxed(&mut parts.headers, false);
+    Ok(Response::from_parts(parts, Body::from(body)))
 }
 
 /// `body`, aborted as soon as `session`'s authority ends: with an error, so that the client
@@ -303,7 +371,7 @@ fn presented_token(request_headers: &HeaderMap, query: Option<&str>) -> Option<(
 
 fn access_error(error: AccessError) -> ApiError {
     match error {
-        AccessError::OtherSandbox | AccessError::NeedsControl => {
+        AccessError::OtherSandbox | AccessError::NeedsControl | AccessError::CdpOnly => {
             ApiError::forbidden(error.to_string())
         }
         _ => ApiError::unauthorized(format!("viewer token refused: {error}")),
@@ -352,8 +420,12 @@ async fn vnc_token(
             "a viewer token is required: open the viewer_url from POST /v1/sandboxes/{id}/tokens",
         ));
     };
-    let (claims, issuer) = check_token(state, &token, id).await?;
-    Ok((token, from_query, claims, issuer))
+    let (claims, record) = state
+        .sandboxes
+        .verify_viewer_token(&token, id)
+        .await?
+        .map_err(access_error)?;
+    Ok((token, from_query, claims, record.issuer_key_id))
 }
 
 // ---- VNC ----
@@ -484,6 +556,8 @@ async fn vnc_socket(
             RfbFilter::control(InputGate::following(state.sandboxes.control_gate(&id))),
             "/vnc/websockify",
         ),
+        // `vnc_token` refused it already.
+        Scope::Cdp => return Err(access_error(AccessError::CdpOnly)),
     };
     let authority = token_authority(&id, &claims, issuer, "vnc");
     relay_websocket(
@@ -530,7 +604,7 @@ async fn cdp_access(
         ));
     };
     let (claims, issuer) = check_token(state, &token, id).await?;
-    if claims.scope != Scope::Control {
+    if !matches!(claims.scope, Scope::Control | Scope::Cdp) {
         return Err(access_error(AccessError::NeedsControl));
     }
     let record = state.sandboxes.get_ready(id, None).await?;

@@ -12,6 +12,7 @@ use super::error::ApiError;
 use super::extract::ApiJson;
 use super::types::{CreateTokenRequest, ErrorBody, Revoked, Token};
 use crate::auth::Caller;
+use crate::tokens::Scope;
 use agentbox_http::timestamp::rfc3339_from_unix_ms;
 
 /// Token lifetime when the request gives none.
@@ -45,6 +46,15 @@ pub async fn create(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<CreateTokenRequest>,
 ) -> Result<(StatusCode, Json<Token>), ApiError> {
+    if request.scope == Scope::Cdp {
+        return Err(ApiError {
+            loc: Some(vec!["body".into(), "scope".into()]),
+            ..ApiError::invalid(
+                "invalid `scope`: must be `view` or `control` (a `cdp` credential comes only in \
+                 the CDP URL that the sandbox's /v1/browser/info reports through this server)",
+            )
+        });
+    }
     let ttl = request.ttl_secs.unwrap_or(DEFAULT_TTL_SECS);
     let (token, record) = state
         .sandboxes

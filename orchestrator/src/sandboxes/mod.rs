@@ -148,6 +148,8 @@ pub enum AccessError {
     OtherSandbox,
     #[error("token does not grant control")]
     NeedsControl,
+    #[error("the token opens Chromium's DevTools only, not a viewer")]
+    CdpOnly,
 }
 
 /// The lifecycle service. Cheap to share (`Arc`).
@@ -895,6 +897,22 @@ impl Sandboxes {
             }
         }
         Ok(Ok((claims, record)))
+    }
+
+    /// [`Self::verify_token`] for the viewer and share pages, which a `cdp` token opens
+    /// neither of.
+    pub async fn verify_viewer_token(
+        &self,
+        token: &str,
+        id: &str,
+    ) -> Result<Result<(Claims, TokenRecord), AccessError>, SandboxError> {
+        Ok(self
+            .verify_token(token, id)
+            .await?
+            .and_then(|(claims, record)| match claims.scope {
+                Scope::Cdp => Err(AccessError::CdpOnly),
+                Scope::View | Scope::Control => Ok((claims, record)),
+            }))
     }
 }
 

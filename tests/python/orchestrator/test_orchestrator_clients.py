@@ -53,3 +53,41 @@ def test_playwright_needs_credentials(sandbox):
     with sync_playwright() as p:
         with pytest.raises(Exception):
             p.chromium.connect_over_cdp(endpoint, timeout=20_000)
+
+
+def test_aio_readme_cdp_example_works_through_the_orchestrator(orchestrator, sandbox, admin_key):
+    """AIO's README: `cdp_url = client.browser.get_info().data.cdp_url`, then Playwright's
+    `connect_over_cdp(cdp_url)` with no headers. Through the orchestrator the reported URLs are
+    the orchestrator's own, carrying short-lived credentials: the CDP one opens DevTools and
+    nothing else, the viewer one watches."""
+    client = Sandbox(base_url=sandbox["urls"]["api"], headers={"Authorization": f"Bearer {admin_key}"})
+    info = client.browser.get_info().data
+    ws_base = orchestrator.url.replace("http://", "ws://", 1)
+    assert info.cdp_url.startswith(f"{ws_base}/v1/sandboxes/{sandbox['id']}/cdp?token="), info.cdp_url
+    assert info.vnc_url.startswith(f"{orchestrator.url}/v1/sandboxes/{sandbox['id']}/vnc/?token="), info.vnc_url
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(info.cdp_url, timeout=60_000)
+        context = browser.contexts[0] if browser.contexts else browser.new_context()
+        page = context.new_page()
+        page.set_content("<h1 id='t'>as in AIO's README</h1>")
+        assert page.inner_text("#t") == "as in AIO's README"
+        page.close()
+        browser.close()
+
+    # The viewer link opens the viewer (token traded for a cookie)...
+    viewer = requests.get(info.vnc_url, allow_redirects=False, timeout=30)
+    assert viewer.status_code == 303, viewer.text
+    # ...and the CDP credential opens no viewer, no share page, and mints nothing.
+    cdp_token = info.cdp_url.split("token=", 1)[1]
+    refused = requests.get(
+        f"{orchestrator.url}/v1/sandboxes/{sandbox['id']}/vnc/?token={cdp_token}", allow_redirects=False, timeout=30
+    )
+    assert refused.status_code == 403, refused.text
+    minted = requests.post(
+        f"{orchestrator.url}/v1/sandboxes/{sandbox['id']}/tokens",
+        json={"scope": "cdp"},
+        headers={"Authorization": f"Bearer {admin_key}"},
+        timeout=30,
+    )
+    assert minted.status_code == 422, minted.text
+    assert "scope" in minted.json()["error"]["message"]
