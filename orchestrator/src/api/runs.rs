@@ -38,7 +38,7 @@ const AUTHORITY_CHECK: Duration = Duration::from_secs(5);
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create, list))
-        .routes(routes!(get))
+        .routes(routes!(get, delete))
         .routes(routes!(cancel))
         .routes(routes!(takeover))
         .routes(routes!(handback))
@@ -208,6 +208,21 @@ pub async fn get(
 ) -> Result<Json<Run>, ApiError> {
     let record = state.runs.get(&id, caller.owner()).await?;
     Ok(Json(to_wire(&state, &record)))
+}
+
+/// Deletes an ended run: its record, events and artifacts (screenshots and copied outputs),
+/// and the disk space they took. Share links to it stop opening.
+#[utoipa::path(delete, path = "/v1/runs/{id}", tag = "runs",
+    params(("id" = String, Path)),
+    responses((status = 204, description = "deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "the run has not ended: cancel it first", body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    state.runs.delete(&id, caller.owner()).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Cancels a run; answers once its final `canceled` status is written (an action in flight

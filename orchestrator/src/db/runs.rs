@@ -515,6 +515,35 @@ impl Store {
     }
 
     /// Records an artifact; replaces the row of the same name (a file saved again).
+    /// Deletes an ended run with its events and artifact records, in one transaction; false
+    /// when there is no such run or it has not ended.
+    pub async fn delete_ended_run(&self, id: &str) -> Result<bool> {
+        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        let deleted = sqlx::query("DELETE FROM runs WHERE id = $1 AND ended_at IS NOT NULL")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("delete run"))?;
+        if deleted.rows_affected() == 0 {
+            tx.rollback().await.map_err(query_error("rollback"))?;
+            return Ok(false);
+        }
+        sqlx::query("DELETE FROM run_events WHERE run_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("delete run events"))?;
+        sqlx::query("DELETE FROM run_artifacts WHERE run_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("delete run artifacts"))?;
+        tx.commit()
+            .await
+            .map_err(query_error("commit run deletion"))?;
+        Ok(true)
+    }
+
     pub async fn upsert_artifact(&self, artifact: &ArtifactRecord) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
         sqlx::query("DELETE FROM run_artifacts WHERE run_id = $1 AND name = $2")

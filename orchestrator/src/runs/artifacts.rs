@@ -39,6 +39,8 @@ pub trait ArtifactStore: Send + Sync {
     async fn put(&self, run_id: &str, name: &str, bytes: Bytes) -> Result<(), ArtifactError>;
     /// The bytes, `None` when there are none.
     async fn get(&self, run_id: &str, name: &str) -> Result<Option<Bytes>, ArtifactError>;
+    /// Removes every artifact of `run_id` (none is fine).
+    async fn remove_run(&self, run_id: &str) -> Result<(), ArtifactError>;
 }
 
 /// Artifacts as files: `<root>/<run id>/<name>`.
@@ -101,6 +103,18 @@ impl ArtifactStore for FsArtifacts {
             Ok(bytes) => Ok(Some(Bytes::from(bytes))),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(io("read", &path)(error)),
+        }
+    }
+
+    async fn remove_run(&self, run_id: &str) -> Result<(), ArtifactError> {
+        if !is_safe_segment(run_id) {
+            return Err(ArtifactError::BadName(run_id.to_string()));
+        }
+        let path = self.root.join(run_id);
+        match tokio::fs::remove_dir_all(&path).await {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(io("remove", &path)(error)),
         }
     }
 }

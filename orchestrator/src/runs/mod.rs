@@ -390,6 +390,25 @@ impl Runs {
         })
     }
 
+    /// Deletes an ended run: its record, its events and its artifacts (their disk space comes
+    /// back). A run that has not ended is a conflict: cancel it first.
+    pub async fn delete(&self, id: &str, owner: Option<&str>) -> Result<(), RunError> {
+        let run = self.get(id, owner).await?;
+        if !run.status.is_terminal() {
+            return Err(RunError::Conflict(format!(
+                "run {id} is {}: cancel it first",
+                run.status.as_str()
+            )));
+        }
+        if !self.store.delete_ended_run(id).await? {
+            // Deleted meanwhile by another call.
+            return Err(RunError::NotFound(id.to_string()));
+        }
+        self.artifacts.remove_run(id).await?;
+        tracing::info!(run_id = %id, "run deleted");
+        Ok(())
+    }
+
     /// Cancels a run; answers once its final `canceled` status is written.
     pub async fn cancel(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
         let active = self.driven(id, owner).await?;

@@ -376,6 +376,33 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(response.status(), 200);
+
+    // Deleting the run takes its record, events and artifacts, and the disk space they took.
+    let files = orchestrator.data_dir.join("artifacts").join(&id);
+    assert!(files.join("outputs/red-triangle.png").is_file());
+    let delete = async || {
+        orchestrator
+            .call(
+                Method::DELETE,
+                &format!("/v1/runs/{id}"),
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await
+    };
+    let (status, body) = delete().await?;
+    assert_eq!(status, 204, "{body}");
+    assert!(!files.exists(), "{} is still there", files.display());
+    for path in [
+        format!("/v1/runs/{id}"),
+        format!("/v1/runs/{id}/events"),
+        format!("/v1/runs/{id}/artifacts"),
+        format!("/v1/runs/{id}/artifacts/outputs/red-triangle.png"),
+    ] {
+        let (status, _) = orchestrator.get(&path).await?;
+        assert_eq!(status, 404, "{path}");
+    }
+    assert_eq!(delete().await?.0, 404, "deleted once");
     Ok(())
 }
 
@@ -654,6 +681,22 @@ async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Re
         (status, paused["status"].as_str()),
         (200, Some("paused")),
         "{paused}"
+    );
+    // A run that has not ended cannot be deleted.
+    let (status, refused) = orchestrator
+        .call(
+            Method::DELETE,
+            &format!("/v1/runs/{id}"),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cancel it first")),
+        "{refused}"
     );
     viewer.send(pointer_event(321, 234)).await?;
     // A click: button 1 down and up.
