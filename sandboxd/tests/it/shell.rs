@@ -221,6 +221,39 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// A process as `/proc` shows it, with its parent's, for failure messages.
+fn describe(pid: i32) -> String {
+    let stat = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let cmdline = |pid: i32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default()
+    };
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .split('\0')
+                .filter(|v| v.starts_with("AGENTBOX"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let own = stat(pid);
+    let ppid: i32 = own
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    format!(
+        "{own:?} [{}] env [{environ}]; parent {:?} [{}]; me {}",
+        cmdline(pid),
+        stat(ppid),
+        cmdline(ppid),
+        std::process::id()
+    )
+}
+
 fn gone(pid: i32) -> bool {
     kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH)
 }
@@ -722,7 +755,16 @@ async fn sessions_are_listed_updated_and_cleaned_up_with_their_processes() {
     let (status, removed) = sandbox.delete("/v1/shell/sessions/team/a").await;
     assert_eq!(status, StatusCode::OK, "{removed}");
     assert_eq!(removed["data"]["removed"], json!(["team/a"]));
-    eventually("the background process is gone", || gone(background)).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !gone(background) {
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "timed out waiting: the background process is gone: {}",
+                describe(background)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (status, _) = sandbox
         .post("/v1/shell/view", json!({"id": "team/a"}))
         .await;
