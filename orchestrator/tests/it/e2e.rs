@@ -1007,7 +1007,6 @@ async fn metrics_and_openapi_are_served() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes what a half-started orchestrator may have made (its network, its egress chains).
 /// Removes what an orchestrator instance left behind: containers it began to create for its warm
 /// pool when the stop came (its next start would reconcile them away, but each case here is a new
 /// instance), its network and its egress rules.
@@ -1016,14 +1015,20 @@ struct InstanceCleanup {
     network: String,
 }
 
+impl InstanceCleanup {
+    /// Removes the instance's containers.
+    fn remove_containers(instance: &str) {
+        let label = format!("label=agentbox.instance={instance}");
+        let ids = docker(&["ps", "-aq", "--filter", &label]).unwrap_or_default();
+        for id in ids.split_whitespace() {
+            let _ = docker(&["rm", "-f", id]);
+        }
+    }
+}
+
 impl Drop for InstanceCleanup {
     fn drop(&mut self) {
-        let label = format!("label=agentbox.instance={}", self.instance);
-        if let Ok(ids) = docker(&["ps", "-aq", "--filter", &label]) {
-            for id in ids.split_whitespace() {
-                let _ = docker(&["rm", "-f", id]);
-            }
-        }
+        Self::remove_containers(&self.instance);
         let _ = docker(&["network", "rm", &self.network]);
         common::remove_egress_rules(&self.network);
     }
@@ -1052,8 +1057,10 @@ async fn a_stop_at_any_moment_of_start_up_ends_the_orchestrator_with_exit_0() ->
         ("reconciled", 0, &[Signal::SIGTERM]),
         ("listening", 0, &[Signal::SIGINT, Signal::SIGTERM]),
     ];
+    let mut instances = Vec::new();
     for (after, delay_ms, signals) in cases {
         let instance = format!("test-{:x}", agentbox_tests::rand_u64());
+        instances.push(instance.clone());
         let network = format!("agentbox-{instance}");
         let _cleanup = InstanceCleanup {
             instance: instance.clone(),
@@ -1123,6 +1130,13 @@ async fn a_stop_at_any_moment_of_start_up_ends_the_orchestrator_with_exit_0() ->
             "{signals:?} after `{after}`: {took:?}"
         );
         eprintln!("{signals:?} after `{after}` (+{delay_ms} ms): exit 0 in {took:?}");
+    }
+    // A container create that was in flight when the process ended is completed by Docker
+    // afterwards, after that case's cleanup ran: sweep every instance again once they have
+    // landed.
+    std::thread::sleep(Duration::from_secs(2));
+    for instance in &instances {
+        InstanceCleanup::remove_containers(instance);
     }
     Ok(())
 }
