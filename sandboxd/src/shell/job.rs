@@ -145,6 +145,8 @@ pub struct Job {
     ps1: String,
     /// bash's pid: also the id of the process group and session the command runs in.
     pid: i32,
+    /// bash's start time (see [`procs::JobMark::start_time`]); None if it could not be read.
+    start_time: Option<u64>,
     /// The value of [`procs::MARKER_VAR`] its programs inherit.
     marker: String,
     stop_grace: Duration,
@@ -514,6 +516,9 @@ impl Job {
             command: spec.command,
             ps1: spec.ps1,
             pid: bash.pid,
+            // bash is alive here (waiting for this command, or just started): not reaped, so
+            // the pid is still its own.
+            start_time: procs::entry(bash.pid).map(|entry| entry.start_time),
             marker: spec.marker,
             stop_grace: spec.stop_grace,
             output: Mutex::new(OutputBuffer::new(spec.output_limit)),
@@ -686,6 +691,7 @@ impl Job {
     pub fn mark(&self) -> procs::JobMark {
         procs::JobMark {
             sid: self.pid,
+            start_time: self.start_time,
             marker: self.marker.clone(),
         }
     }

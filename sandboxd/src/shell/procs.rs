@@ -55,6 +55,10 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 pub struct JobMark {
     /// bash's pid: the Unix session and process group the command started in.
     pub sid: i32,
+    /// bash's start time (clock ticks after boot). While a process with pid `sid` that
+    /// started then exists, alive or a zombie not yet reaped, the pid is still bash's and the
+    /// session still the command's.
+    pub start_time: Option<u64>,
     /// The value of [`MARKER_VAR`] the command's programs inherit (unique per command).
     pub marker: String,
 }
@@ -289,17 +293,26 @@ struct Tracker {
 }
 
 impl Tracker {
-    /// Tracks `jobs`. With `sessions_trusted` false, a session id counts only while no live
-    /// process has that pid: a pid is never reused while processes still carry it as their
-    /// session or group id, so if a process with that pid exists, the old session is empty and
-    /// the number now belongs to someone else.
+    /// Tracks `jobs`. With `sessions_trusted` false, a session id counts while no process has
+    /// that pid, or while the one that has it is the command's bash itself (same start time,
+    /// alive or a zombie): a pid is never reused while processes still carry it as their
+    /// session or group id, so a different process with that pid means the old session is
+    /// empty and the number now belongs to someone else. (The bash case matters: a child it
+    /// forked may not have exec'd yet, and so not carry the marker, when the kill comes.)
     fn new(jobs: &[JobMark], processes: &[ProcessEntry], sessions_trusted: bool) -> Self {
         let own_session = own_session();
+        let still_the_commands = |job: &JobMark| {
+            sessions_trusted
+                || processes
+                    .iter()
+                    .find(|p| p.pid == job.sid)
+                    .is_none_or(|p| job.start_time == Some(p.start_time))
+        };
         let sessions = jobs
             .iter()
+            .filter(|job| job.sid > 1 && job.sid != own_session)
+            .filter(|job| still_the_commands(job))
             .map(|job| job.sid)
-            .filter(|&sid| sid > 1 && sid != own_session)
-            .filter(|&sid| sessions_trusted || !processes.iter().any(|p| p.pid == sid))
             .collect();
         Self {
             sessions,
@@ -475,12 +488,48 @@ mod tests {
         // finds nothing of ours.
         let job = JobMark {
             sid: own,
+            start_time: None,
             marker: "x".into(),
         };
         let mut tracker = Tracker::new(&[job], &processes, true);
         assert!(tracker.sessions.is_empty());
         tracker.known.insert(me, 0);
         assert!(!tracker.scan(&processes).contains(&me));
+    }
+
+    #[test]
+    fn a_session_counts_while_its_pid_is_the_commands_bash_or_nobodys() {
+        let process = |pid, start_time, zombie| ProcessEntry {
+            pid,
+            ppid: 1,
+            pgrp: pid,
+            session: pid,
+            start_time,
+            zombie,
+        };
+        let job = |sid, start_time| JobMark {
+            sid,
+            start_time,
+            marker: "m".into(),
+        };
+        let sessions = |job: JobMark, processes: &[ProcessEntry]| {
+            Tracker::new(&[job], processes, false).sessions
+        };
+        // bash itself, alive or not yet reaped: its session is the command's (a child it forked
+        // that has not exec'd yet carries no marker, and only the session finds it).
+        assert_eq!(
+            sessions(job(4242, Some(7)), &[process(4242, 7, false)]),
+            [4242].into()
+        );
+        assert_eq!(
+            sessions(job(4242, Some(7)), &[process(4242, 7, true)]),
+            [4242].into()
+        );
+        // bash gone and its pid free: still the command's (no one can have taken the pid).
+        assert_eq!(sessions(job(4242, Some(7)), &[]), [4242].into());
+        // Another process now has the pid: the number is someone else's.
+        assert!(sessions(job(4242, Some(7)), &[process(4242, 9, false)]).is_empty());
+        assert!(sessions(job(4242, None), &[process(4242, 7, false)]).is_empty());
     }
 
     #[test]
