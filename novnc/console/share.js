@@ -61,8 +61,21 @@ async function refresh() {
   return true;
 }
 
+// The first read, asked again while the failure may pass (the server unreachable for a moment,
+// a 5xx such as a busy database, a 429), as the run page does: one failed read must not leave the
+// page at "loading" for good.
+async function firstRead() {
+  for (let attempt = 0; ; attempt += 1) {
+    const answer = await read();
+    if (!answer.retry || attempt >= 20) return answer;
+    $('error').textContent = `Could not load the run yet: ${answer.retry}. Trying again…`;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(500 * 2 ** attempt, 5000)));
+  }
+}
+
 async function main() {
-  const answer = await read();
+  const answer = await firstRead();
+  if (answer.run) $('error').textContent = '';
   if (answer.ended) {
     $('content').hidden = true;
     $('facts').hidden = true;
