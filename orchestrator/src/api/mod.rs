@@ -167,6 +167,12 @@ impl AppState {
     }
 }
 
+/// `url` (this server's `http(s)://` form) as a WebSocket client dials it: `ws(s)://`.
+pub fn websocket_url(url: &str) -> String {
+    url.replacen("https://", "wss://", 1)
+        .replacen("http://", "ws://", 1)
+}
+
 /// The bearer credential of a request, if any.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers

@@ -176,15 +176,16 @@ async fn api(
 ) -> Result<Response, ApiError> {
     let record = state.sandboxes.get_ready(&id, caller.owner()).await?;
     let path = upstream_path(&request, &id, "api");
+    // What a WebSocket, or an answer while its body streams, rests on: the caller's key.
+    let authority = Authority {
+        sandbox_id: id.clone(),
+        key_id: Some(caller.key_id.clone()),
+        token_id: None,
+        expires_at: None,
+        console_session: None,
+        kind: "api",
+    };
     if agentbox_http::ws::is_upgrade(request.headers()) {
-        let authority = Authority {
-            sandbox_id: id.clone(),
-            key_id: Some(caller.key_id.clone()),
-            token_id: None,
-            expires_at: None,
-            console_session: None,
-            kind: "api",
-        };
         return relay_websocket(
             &state,
             &record,
@@ -217,14 +218,7 @@ async fn api(
     // A streamed answer (an event stream, a long download) rests on the caller's key as a
     // WebSocket does: revoking the key, or the sandbox ending, cuts it off mid-body. Until the
     // body has been sent the sandbox counts as active.
-    let session = state.sandboxes.sessions().open(Authority {
-        sandbox_id: id.clone(),
-        key_id: Some(caller.key_id.clone()),
-        token_id: None,
-        expires_at: None,
-        console_session: None,
-        kind: "api",
-    });
+    let session = state.sandboxes.sessions().open(authority);
     let (mut parts, body) = response.into_parts();
     sandboxed(&mut parts.headers, is_download);
     Ok(Response::from_parts(
@@ -280,9 +274,10 @@ async fn browser_info_for_the_client(
     let cdp_token = issue(Scope::Cdp).await?;
     let view_token = issue(Scope::View).await?;
     let query = serde_urlencoded::to_string([("token", cdp_token.as_str())]).unwrap_or_default();
-    let cdp_url = format!("{}/v1/sandboxes/{id}/cdp?{query}", state.public_url)
-        .replacen("https://", "wss://", 1)
-        .replacen("http://", "ws://", 1);
+    let cdp_url = super::websocket_url(&format!(
+        "{}/v1/sandboxes/{id}/cdp?{query}",
+        state.public_url
+    ));
     data.insert("cdp_url".into(), cdp_url.into());
     data.insert(
         "vnc_url".into(),
@@ -691,9 +686,7 @@ async fn cdp(
     // sandboxd pointed the debugger URLs at itself; point them at this server instead.
     let text = String::from_utf8_lossy(&bytes);
     let public = format!("{}/v1/sandboxes/{id}/cdp/", state.public_url);
-    let ws_public = public
-        .replacen("https://", "wss://", 1)
-        .replacen("http://", "ws://", 1);
+    let ws_public = super::websocket_url(&public);
     let ws_host = ws_public
         .trim_start_matches("ws://")
         .trim_start_matches("wss://");

@@ -28,9 +28,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// The wire form of a sandbox.
 pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
     let base = format!("{}/v1/sandboxes/{}", state.public_url, record.id);
-    let ws_base = base
-        .replacen("https://", "wss://", 1)
-        .replacen("http://", "ws://", 1);
+    let ws_base = super::websocket_url(&base);
     Sandbox {
         id: record.id.clone(),
         status: record.status.as_str().into(),
