@@ -99,7 +99,9 @@ impl From<NodeError> for ApiError {
 
 fn check_code(code: &str) -> Result<(), ApiError> {
     validate::at_most_bytes("code", code, MAX_CODE_BYTES)?;
-    Ok(())
+    // A NUL in the source hung a Jupyter call for its whole timeout, after which the kernel was
+    // killed and the session's state lost (issue 27): refused before it reaches a kernel.
+    validate::no_nul("code", code)
 }
 
 fn timeout(value: Option<f64>) -> Result<Duration, ApiError> {

@@ -292,7 +292,7 @@ impl SandboxTools {
         Parameters(request): Parameters<FillRequest>,
     ) -> Result<CallToolResult, ErrorData> {
         let answer = browser::fill(State(self.state.clone()), AioJson(request)).await;
-        Ok(envelope_result(answer, |()| String::new()))
+        Ok(done_result(answer))
     }
 
     /// Presses a key in the page.
@@ -302,7 +302,7 @@ impl SandboxTools {
         Parameters(request): Parameters<PressKeyRequest>,
     ) -> Result<CallToolResult, ErrorData> {
         let answer = browser::press_key(State(self.state.clone()), AioJson(request)).await;
-        Ok(envelope_result(answer, |()| String::new()))
+        Ok(done_result(answer))
     }
 
     /// AIO's name for [`Self::str_replace_editor`].
@@ -467,22 +467,29 @@ fn failure(error: ApiError) -> CallToolResult {
 
 /// A tool result from a REST handler's answer: `text` renders the data of a success; an
 /// envelope with `success: false` or an error becomes an error result with its message.
+/// A tool's answer from its route's: `text` of the data, exactly (an empty page's text or an
+/// empty file is an empty text, not the envelope's "Operation successful").
 fn envelope_result<T: Serialize>(
     answer: Result<Json<Envelope<T>>, ApiError>,
     text: impl FnOnce(&T) -> String,
 ) -> CallToolResult {
     match answer {
         Ok(Json(envelope)) => match (envelope.success, envelope.data) {
-            (true, Some(data)) => {
-                let mut body = text(&data);
-                if body.is_empty() {
-                    body = envelope.message;
-                }
-                CallToolResult::success(vec![ContentBlock::text(body)])
-            }
+            (true, Some(data)) => CallToolResult::success(vec![ContentBlock::text(text(&data))]),
             (true, None) => CallToolResult::success(vec![ContentBlock::text(envelope.message)]),
             (false, _) => CallToolResult::error(vec![ContentBlock::text(envelope.message)]),
         },
+        Err(error) => failure(error),
+    }
+}
+
+/// The answer of a tool whose route returns no data (a fill, a key press): the route's message.
+fn done_result(answer: Result<Json<Envelope<()>>, ApiError>) -> CallToolResult {
+    match answer {
+        Ok(Json(envelope)) if envelope.success => {
+            CallToolResult::success(vec![ContentBlock::text(envelope.message)])
+        }
+        Ok(Json(envelope)) => CallToolResult::error(vec![ContentBlock::text(envelope.message)]),
         Err(error) => failure(error),
     }
 }

@@ -170,6 +170,17 @@ pub fn at_most_bytes<'a>(field: &str, text: &'a str, limit: usize) -> Result<&'a
     Ok(text)
 }
 
+/// Text with no NUL character (what a program's source or a C string cannot hold).
+pub fn no_nul(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(ApiError::invalid(
+            field,
+            format!("`{field}` must not contain NUL characters (write one as an escape, \\x00)"),
+        ));
+    }
+    Ok(())
+}
+
 /// An absolute path with no NUL character.
 pub fn absolute_path(field: &str, path: String) -> Result<PathBuf, ApiError> {
     if path.contains('\0') {

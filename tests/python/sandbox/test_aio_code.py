@@ -99,6 +99,15 @@ def test_jupyter_timeout_interrupts_and_the_session_survives(client):
     assert any(o.ename == "KeyboardInterrupt" for o in answer.outputs if o.output_type == "error")
     after = client.jupyter.execute_code(code="kept", session_id="sdk-timeout").data
     assert after.outputs[0].data["text/plain"] == "'still here'"
+    # A NUL byte in the code (it hung the call for its whole timeout, then the kernel and the
+    # session's state were lost): refused at once, naming the field; the session keeps its state.
+    started = time.monotonic()
+    with pytest.raises(ApiError) as refused:
+        client.jupyter.execute_code(code="x = 1\x00", session_id="sdk-timeout", timeout=30)
+    assert time.monotonic() - started < 2
+    assert refused.value.status_code == 422 and "code" in str(refused.value.body)
+    after = client.jupyter.execute_code(code="kept", session_id="sdk-timeout").data
+    assert after.outputs[0].data["text/plain"] == "'still here'"
     client.jupyter.delete_session(session_id="sdk-timeout")
 
 

@@ -47,6 +47,20 @@ def test_shell_tool_runs_a_command(sandbox):
     assert "from-mcp" in text and "agent" in text
 
 
+def test_an_empty_result_is_an_empty_text(sandbox):
+    """An empty file (like an empty page's text) reads as an empty text, not the envelope's
+    "Operation successful" (issue 27); a tool that returns nothing still says it was done."""
+
+    async def body(session):
+        written = await session.call_tool("file_write", {"file": "/tmp/mcp-empty.txt", "content": ""})
+        read = await session.call_tool("file_read", {"file": "/tmp/mcp-empty.txt"})
+        return written, read
+
+    written, read = asyncio.run(with_session(sandbox, body))
+    assert not written.is_error and not read.is_error
+    assert "".join(c.text for c in read.content if c.type == "text") == ""
+
+
 def test_confinement_applies_to_mcp_too(sandbox):
     async def body(session):
         return await session.call_tool("file_read", {"file": "/etc/shadow"})
