@@ -320,6 +320,8 @@ main() {
     --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
   step "benchmark harness smoke run (run steps, 1 iteration)" \
     bench run-steps --iterations 1
+  step "benchmark harness smoke run (claims, 6 claims)" \
+    bench claims --claims 6 --pool 3 --load-threads 0
 
   disk_report end
   phase_table >&2

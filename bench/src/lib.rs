@@ -217,7 +217,12 @@ pub struct OrchestratorServer {
     pub instance: String,
     pub network: String,
     data: std::path::PathBuf,
+    /// Its log (JSON lines, the last [`LOG_LINES_KEPT`]).
+    log: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// How many of an orchestrator's log lines a benchmark keeps.
+const LOG_LINES_KEPT: usize = 200_000;
 
 impl OrchestratorServer {
     /// Its data directory (the database, `master.key`, artifacts).
@@ -269,10 +274,18 @@ impl OrchestratorServer {
             })?;
         let stderr = child.stderr.take().context("stderr")?;
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(std::collections::VecDeque::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if line.contains("\"listening\"") {
-                    let _ = tx.send(line);
+                    let _ = tx.send(line.clone());
+                }
+                if let Ok(mut kept) = kept.lock() {
+                    if kept.len() == LOG_LINES_KEPT {
+                        kept.pop_front();
+                    }
+                    kept.push_back(line);
                 }
             }
         });
@@ -287,7 +300,16 @@ impl OrchestratorServer {
             instance,
             network,
             data,
+            log,
         })
+    }
+
+    /// Its log lines (JSON) that contain `needle`, oldest first.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|log| log.iter().filter(|l| l.contains(needle)).cloned().collect())
+            .unwrap_or_default()
     }
 }
 

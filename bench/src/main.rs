@@ -18,6 +18,10 @@ const HARNESSES: &[(&str, &str)] = &[
         "the sandbox API against the tools agents use today",
     ),
     (
+        "claims",
+        "warm-pool claims by the thousand, step by step, beside a baseline binary",
+    ),
+    (
         "shell-exec",
         "shell exec: zygote-forked shells, shells from scratch, docker exec",
     ),
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         match name.as_str() {
             "startup" => harness::startup::main().await,
             "capabilities" => harness::capabilities::main().await,
+            "claims" => harness::claims::main().await,
             "shell-exec" => harness::shell_exec::main().await,
             "code-exec" => harness::code_exec::main().await,
             "file-watch" => harness::file_watch::main().await,

@@ -1,6 +1,7 @@
 //! The harnesses, one module each; `main` runs one with its flags read from the command line.
 
 pub mod capabilities;
+pub mod claims;
 pub mod code_exec;
 pub mod file_watch;
 pub mod first_view;
