@@ -147,42 +147,60 @@ $('input-form').addEventListener('submit', (event) => {
 });
 
 // ---- share links ----
-$('share-create').addEventListener('click', async () => {
-  if (!run?.sandbox_id) { fail('This run has no sandbox yet.'); return; }
-  try {
-    const token = await api(`/v1/sandboxes/${encodeURIComponent(run.sandbox_id)}/tokens`, {
-      method: 'POST', body: { scope: 'view', ttl_secs: Number($('share-ttl').value) },
-    });
-    const url = `${location.origin}/share/runs/${encodeURIComponent(runId)}?${new URLSearchParams({ token: token.token })}`;
+// Each link is bound to this run (made from its route, signed with its id): it opens this run's
+// page and nothing else, and the list shows the links that still open.
+function shareRow(share, url) {
+  const revoke = el('button', { type: 'button', class: 'danger' }, 'Revoke');
+  const parts = [];
+  if (url) {
     const input = el('input', { type: 'text', readonly: true, value: url, 'aria-label': 'Share link' });
     const copy = el('button', { type: 'button' }, 'Copy');
     copy.addEventListener('click', async () => {
       input.select();
       try { await navigator.clipboard.writeText(url); copy.textContent = 'Copied'; } catch { document.execCommand?.('copy'); }
     });
-    const revoke = el('button', { type: 'button', class: 'danger' }, 'Revoke');
-    const row = el('li', { class: 'note' }, el('div', { class: 'share-link' }, input, copy, revoke),
-      el('div', { class: 'when' }, `View only · expires ${new Date(token.expires_at).toLocaleString()}`));
-    row.dataset.tokenId = token.id;
-    revoke.addEventListener('click', async () => {
-      try {
-        await api(`/v1/sandboxes/${encodeURIComponent(run.sandbox_id)}/tokens/${encodeURIComponent(token.id)}`, { method: 'DELETE' });
-        row.replaceChildren(el('div', { class: 'when' }, 'Revoked: the link no longer opens, and anyone watching through it was disconnected.'));
-      } catch (error) { fail(`Could not revoke: ${error.message}`); }
+    parts.push(input, copy);
+  } else {
+    parts.push(el('span', { class: 'when' }, `Link made ${new Date(share.created_at).toLocaleString()}`));
+  }
+  const row = el('li', { class: 'note' }, el('div', { class: 'share-link' }, ...parts, revoke),
+    el('div', { class: 'when' }, `View only · expires ${new Date(share.expires_at).toLocaleString()}`));
+  row.dataset.shareId = share.id;
+  revoke.addEventListener('click', async () => {
+    try {
+      await api(`${base}/shares/${encodeURIComponent(share.id)}`, { method: 'DELETE' });
+      row.replaceChildren(el('div', { class: 'when' }, 'Revoked: the link no longer opens, and anyone watching through it was disconnected.'));
+    } catch (error) { fail(`Could not revoke: ${error.message}`); }
+  });
+  return row;
+}
+
+async function listShares() {
+  try {
+    const { shares } = await api(`${base}/shares`);
+    const shown = new Set([...$('share-links').children].map((row) => row.dataset.shareId));
+    for (const share of shares) if (!shown.has(share.id)) $('share-links').append(shareRow(share));
+  } catch (error) { fail(`Could not list the share links: ${error.message}`); }
+}
+
+$('share-create').addEventListener('click', async () => {
+  try {
+    const share = await api(`${base}/shares`, {
+      method: 'POST', body: { ttl_secs: Number($('share-ttl').value) },
     });
-    $('share-links').prepend(row);
+    $('share-links').prepend(shareRow(share, share.url));
   } catch (error) {
     fail(`Could not create a link: ${error.message}`);
   }
 });
 $('share-revoke-all').addEventListener('click', async () => {
-  if (!run?.sandbox_id) return;
   try {
-    const { revoked } = await api(`/v1/sandboxes/${encodeURIComponent(run.sandbox_id)}/tokens`, { method: 'DELETE' });
-    say(`Revoked ${revoked} link${revoked === 1 ? '' : 's'} to this sandbox.`);
+    const { revoked } = await api(`${base}/shares`, { method: 'DELETE' });
+    say(`Revoked ${revoked} link${revoked === 1 ? '' : 's'} to this run.`);
     $('share-links').replaceChildren();
   } catch (error) { fail(`Could not revoke: ${error.message}`); }
 });
+listShares();
 
 // The first read of the run, asked again while the failure may pass (the orchestrator
 // unreachable for a moment, a 5xx, a 429): one failed read left the page at "loading" for good.

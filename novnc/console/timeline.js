@@ -6,7 +6,7 @@ import { el, clock } from '/assets/console/api.js';
 
 const KINDS = ['run.status', 'agent.message', 'agent.reasoning', 'action.started', 'action.finished',
   'control.taken', 'control.returned', 'input.requested', 'input.received', 'artifact.created',
-  'error', 'usage'];
+  'artifact.skipped', 'error', 'usage'];
 
 const STATUS_TEXT = {
   queued: 'Queued: waiting for a sandbox',
@@ -264,6 +264,13 @@ export class Timeline {
         const row = this.row(null, true);
         this.mark(row, event.seq);
         row.append(el('div', {}, el('strong', {}, 'File saved: '), el('span', { class: 'mono' }, event.name), when));
+        break;
+      }
+      case 'artifact.skipped': {
+        const row = this.row(null, true);
+        this.mark(row, event.seq);
+        row.append(el('div', {}, el('strong', {}, 'File not kept: '), el('span', { class: 'mono' }, event.name),
+          el('p', { class: 'text' }, event.reason), when));
         break;
       }
       case 'error': {

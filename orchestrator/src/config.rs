@@ -107,6 +107,25 @@ pub struct ServeArgs {
     /// Sandboxes one API key may have running at once (creating, ready or degraded; 0: no limit).
     #[arg(long, env = "AGENTBOX_MAX_SANDBOXES_PER_KEY", default_value_t = 20)]
     pub max_sandboxes_per_key: usize,
+    /// WebSocket relays (viewers, CDP, the sandbox API's sockets) one API key may hold open at
+    /// once; one more is refused with 429.
+    #[arg(long, env = "AGENTBOX_RELAYS_PER_KEY", default_value_t = 64)]
+    pub relays_per_key: usize,
+    /// How long a message a client began on a relay may stay unfinished before the relay is
+    /// closed, seconds.
+    #[arg(long, env = "AGENTBOX_RELAY_UNFINISHED_SECS", default_value_t = 30)]
+    pub relay_unfinished_secs: u64,
+    /// Artifacts (screenshots and copied outputs) one run may keep, MiB; past it a file is not
+    /// kept and the run's log says so (`artifact.skipped`).
+    #[arg(long, env = "AGENTBOX_RUN_ARTIFACTS_MIB", default_value_t = 1024)]
+    pub run_artifacts_mib: u64,
+    /// Artifacts all the runs of one API key may keep together, MiB.
+    #[arg(long, env = "AGENTBOX_KEY_ARTIFACTS_MIB", default_value_t = 10240)]
+    pub key_artifacts_mib: u64,
+    /// Ended runs older than this many days are deleted with their events and artifacts
+    /// (0: kept until deleted).
+    #[arg(long, env = "AGENTBOX_RUN_RETENTION_DAYS", default_value_t = 30)]
+    pub run_retention_days: u64,
     /// The master key file (256 bits; sandbox keys and the token-signing key are derived from
     /// it, so the database holds neither). Default: `master.key` in the data directory, created
     /// at first start. Instances sharing a database must share this file.
@@ -160,6 +179,12 @@ pub struct Settings {
     pub admin_key: Option<String>,
     pub log_format: LogFormat,
     pub max_sandboxes_per_key: usize,
+    pub relays_per_key: usize,
+    pub relay_unfinished: Duration,
+    pub run_artifact_bytes: u64,
+    pub key_artifact_bytes: u64,
+    /// `None`: ended runs are kept until deleted.
+    pub run_retention: Option<Duration>,
     pub master_key_file: PathBuf,
     pub egress: crate::backend::egress::EgressPolicy,
     pub egress_allow: Vec<ipnet::Ipv4Net>,
@@ -195,6 +220,24 @@ impl ServeArgs {
         }
         if self.heartbeat_secs == 0 {
             return Err(invalid("heartbeat-secs", "must be at least 1"));
+        }
+        if self.run_artifacts_mib == 0 || self.run_artifacts_mib > self.key_artifacts_mib {
+            return Err(invalid(
+                "run-artifacts-mib",
+                "must be at least 1 and at most --key-artifacts-mib",
+            ));
+        }
+        if self.run_retention_days > 36_500 {
+            return Err(invalid("run-retention-days", "must be at most 36500"));
+        }
+        if self.relays_per_key == 0 {
+            return Err(invalid("relays-per-key", "must be at least 1"));
+        }
+        if !(1..=3600).contains(&self.relay_unfinished_secs) {
+            return Err(invalid(
+                "relay-unfinished-secs",
+                "must be between 1 and 3600",
+            ));
         }
         if self.idle_timeout_secs < 1 || self.idle_timeout_secs > self.lifetime_cap_secs {
             return Err(invalid(
@@ -298,6 +341,12 @@ impl ServeArgs {
             admin_key: self.admin_key.filter(|k| !k.is_empty()),
             log_format: self.log_format,
             max_sandboxes_per_key: self.max_sandboxes_per_key,
+            relays_per_key: self.relays_per_key,
+            relay_unfinished: Duration::from_secs(self.relay_unfinished_secs),
+            run_artifact_bytes: self.run_artifacts_mib * 1024 * 1024,
+            key_artifact_bytes: self.key_artifacts_mib * 1024 * 1024,
+            run_retention: (self.run_retention_days > 0)
+                .then(|| Duration::from_secs(self.run_retention_days * 86_400)),
             master_key_file,
             egress: self.egress,
             egress_allow,

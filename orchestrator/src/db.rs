@@ -208,6 +208,8 @@ pub struct TokenRecord {
     pub created_at: i64,
     pub expires_at: i64,
     pub revoked_at: Option<i64>,
+    /// The run a share link shows (scope `share`); `None` for sandbox tokens.
+    pub run_id: Option<String>,
 }
 
 /// Which sandboxes to list.
@@ -278,6 +280,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         4,
         "console sessions",
         include_str!("../migrations/0004_console_sessions.sql"),
+    ),
+    (
+        5,
+        "share links",
+        include_str!("../migrations/0005_share_links.sql"),
     ),
 ];
 
@@ -678,7 +685,8 @@ impl Store {
     /// Deletes a sandbox and its tokens.
     pub async fn delete_sandbox(&self, id: &str) -> Result<bool> {
         let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
-        sqlx::query("DELETE FROM tokens WHERE sandbox_id = $1")
+        // Share links stay: they show a run, whose record outlives its sandbox.
+        sqlx::query("DELETE FROM tokens WHERE sandbox_id = $1 AND run_id IS NULL")
             .bind(id)
             .execute(&mut *tx)
             .await
@@ -697,7 +705,7 @@ impl Store {
     pub async fn insert_token(&self, token: &TokenRecord) -> Result<()> {
         sqlx::query(
             "INSERT INTO tokens (id, sandbox_id, scope, created_at, expires_at, revoked_at, \
-             issuer_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+             issuer_key_id, run_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&token.id)
         .bind(&token.sandbox_id)
@@ -706,6 +714,7 @@ impl Store {
         .bind(token.expires_at)
         .bind(token.revoked_at)
         .bind(&token.issuer_key_id)
+        .bind(&token.run_id)
         .execute(&self.pool)
         .await
         .map_err(query_error("insert token"))?;
@@ -714,8 +723,8 @@ impl Store {
 
     pub async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
         let row = sqlx::query(
-            "SELECT id, sandbox_id, scope, created_at, expires_at, revoked_at, issuer_key_id \
-             FROM tokens WHERE id = $1",
+            "SELECT id, sandbox_id, scope, created_at, expires_at, revoked_at, issuer_key_id, \
+             run_id FROM tokens WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -735,7 +744,7 @@ impl Store {
             Some(token_id) => {
                 sqlx::query(
                     "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND id = $3 \
-                 AND revoked_at IS NULL",
+                 AND revoked_at IS NULL AND run_id IS NULL",
                 )
                 .bind(at)
                 .bind(sandbox_id)
@@ -744,7 +753,8 @@ impl Store {
                 .await
             }
             None => sqlx::query(
-                "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND revoked_at IS NULL",
+                "UPDATE tokens SET revoked_at = $1 WHERE sandbox_id = $2 AND revoked_at IS NULL \
+                 AND run_id IS NULL",
             )
             .bind(at)
             .bind(sandbox_id)
@@ -752,6 +762,54 @@ impl Store {
             .await,
         }
         .map_err(query_error("revoke tokens"))?;
+        Ok(done.rows_affected())
+    }
+
+    /// A run's share links that still open: not revoked, not expired at `now`, oldest first.
+    pub async fn share_tokens(&self, run_id: &str, now: i64) -> Result<Vec<TokenRecord>> {
+        let rows = sqlx::query(
+            "SELECT id, sandbox_id, scope, created_at, expires_at, revoked_at, issuer_key_id, \
+             run_id FROM tokens WHERE run_id = $1 AND revoked_at IS NULL AND expires_at > $2 \
+             ORDER BY created_at, id",
+        )
+        .bind(run_id)
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("list share tokens"))?;
+        rows.iter().map(token_from_row).collect()
+    }
+
+    /// Revokes one share link of a run (or all of them with `token_id = None`); returns how
+    /// many.
+    pub async fn revoke_share_tokens(
+        &self,
+        run_id: &str,
+        token_id: Option<&str>,
+        at: i64,
+    ) -> Result<u64> {
+        let done =
+            match token_id {
+                Some(token_id) => {
+                    sqlx::query(
+                        "UPDATE tokens SET revoked_at = $1 WHERE run_id = $2 AND id = $3 \
+                     AND revoked_at IS NULL",
+                    )
+                    .bind(at)
+                    .bind(run_id)
+                    .bind(token_id)
+                    .execute(&self.pool)
+                    .await
+                }
+                None => sqlx::query(
+                    "UPDATE tokens SET revoked_at = $1 WHERE run_id = $2 AND revoked_at IS NULL",
+                )
+                .bind(at)
+                .bind(run_id)
+                .execute(&self.pool)
+                .await,
+            }
+            .map_err(query_error("revoke share tokens"))?;
         Ok(done.rows_affected())
     }
 
@@ -805,6 +863,7 @@ fn token_from_row(row: &AnyRow) -> Result<TokenRecord> {
         created_at: get(row, "created_at")?,
         expires_at: get(row, "expires_at")?,
         revoked_at: get(row, "revoked_at")?,
+        run_id: get(row, "run_id")?,
     })
 }
 

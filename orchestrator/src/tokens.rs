@@ -24,6 +24,9 @@ pub enum Scope {
     /// that `/v1/browser/info` reports through the orchestrator, for clients that cannot send
     /// an `Authorization` header on their CDP connection.
     Cdp,
+    /// A share link: one run's share page (its record, events, artifacts and a watch-only
+    /// desktop), named in the signed claims. Opens no sandbox route.
+    Share,
 }
 
 impl Scope {
@@ -32,6 +35,7 @@ impl Scope {
             Scope::View => "view",
             Scope::Control => "control",
             Scope::Cdp => "cdp",
+            Scope::Share => "share",
         }
     }
 }
@@ -46,6 +50,10 @@ pub struct Claims {
     pub scope: Scope,
     /// Expiry, milliseconds since the epoch.
     pub exp: i64,
+    /// The run a share link shows (scope `share` only): signed, so a link made for one run
+    /// cannot be pointed at another run of the same sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,6 +134,7 @@ mod tests {
             sid: "sbx-1".into(),
             scope: Scope::View,
             exp,
+            run: None,
         }
     }
 

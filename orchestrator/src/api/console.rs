@@ -425,7 +425,18 @@ fn share_refused(error: &AccessError) -> Response {
         AccessError::Revoked | AccessError::IssuerRevoked => (
             StatusCode::GONE,
             "This share link no longer works",
-            "It was revoked, or the sandbox it showed has ended. Ask whoever sent it for a new one.",
+            "It was revoked. Ask whoever sent it for a new one.",
+        ),
+        AccessError::NotAShareLink => (
+            StatusCode::UNAUTHORIZED,
+            "This is not a valid share link",
+            "It is a viewer link for a sandbox, not a share link. A share link is made from the \
+             run's page.",
+        ),
+        AccessError::OtherRun => (
+            StatusCode::UNAUTHORIZED,
+            "This is not a valid share link",
+            "It was made for another run. Ask whoever sent it for a link to this one.",
         ),
         _ => (
             StatusCode::UNAUTHORIZED,
@@ -446,23 +457,13 @@ fn share_refused_api(error: &AccessError) -> ApiError {
         AccessError::Revoked | AccessError::IssuerRevoked => ApiError::new(
             StatusCode::GONE,
             "link_revoked",
-            "this share link was revoked, or its sandbox has ended",
+            "this share link was revoked",
         ),
         _ => ApiError::unauthorized(format!("not a valid share link: {error}")),
     }
 }
 
-/// The run a share link shows and the sandbox its token must be for.
-async fn shared_run(state: &AppState, id: &str) -> Result<(RunRecord, String), ApiError> {
-    let run = state.runs.get(id, None).await?;
-    let sandbox_id = run
-        .sandbox_id
-        .clone()
-        .ok_or_else(|| ApiError::not_found(format!("run {id} has no sandbox yet")))?;
-    Ok((run, sandbox_id))
-}
-
-/// A share request's token checked against the run's sandbox.
+/// A share request's cookie checked as a share link for run `id` (and for no other).
 async fn share_access(
     state: &AppState,
     id: &str,
@@ -473,12 +474,8 @@ async fn share_access(
             "no share link: open the link you were sent",
         ));
     };
-    let (run, sandbox_id) = shared_run(state, id).await?;
-    match state
-        .sandboxes
-        .verify_viewer_token(token, &sandbox_id)
-        .await?
-    {
+    let run = state.runs.get(id, None).await?;
+    match state.sandboxes.verify_share_token(token, id).await? {
         Ok((claims, record)) => Ok((run, claims, record.issuer_key_id, token.to_string())),
         Err(error) => Err(share_refused_api(&error)),
     }
@@ -502,9 +499,9 @@ async fn share_page(
         // The page asks `/run` itself and tells why when the cookie does not open it.
         return super::assets::page("console/share.html");
     };
-    let (_, sandbox_id) = match shared_run(&state, &id).await {
-        Ok(found) => found,
-        Err(error) if error.status == StatusCode::NOT_FOUND => {
+    match state.runs.get(&id, None).await {
+        Ok(_) => {}
+        Err(crate::runs::RunError::NotFound(_)) => {
             return Ok(error_page(
                 StatusCode::NOT_FOUND,
                 "This run no longer exists",
@@ -512,13 +509,9 @@ async fn share_page(
                 ("/sign-in", "Sign in to Agentbox"),
             ));
         }
-        Err(error) => return Err(error),
-    };
-    let claims = match state
-        .sandboxes
-        .verify_viewer_token(&token, &sandbox_id)
-        .await?
-    {
+        Err(error) => return Err(error.into()),
+    }
+    let claims = match state.sandboxes.verify_share_token(&token, &id).await? {
         Ok((claims, _)) => claims,
         Err(error) => return Ok(share_refused(&error)),
     };
@@ -590,12 +583,14 @@ async fn share_events(
         .or(after_seq)
         .filter(|seq| *seq >= 0)
         .unwrap_or(0);
-    let (_, sandbox_id) = shared_run(&state, &id).await?;
     Ok(event_stream(
         &state,
         &id,
         after,
-        StreamAuthority::Token { token, sandbox_id },
+        StreamAuthority::Share {
+            token,
+            run_id: id.clone(),
+        },
     ))
 }
 
@@ -620,7 +615,9 @@ async fn share_socket(
     agentbox_http::origin::check(request.headers(), &state.allowed_origins)
         .map_err(|e| ApiError::forbidden(e.to_string()))?;
     let (run, claims, issuer, _) = share_access(&state, &id, request.headers()).await?;
-    let sandbox_id = run.sandbox_id.unwrap_or_default();
+    let sandbox_id = run
+        .sandbox_id
+        .ok_or_else(|| ApiError::not_found(format!("run {id} has no sandbox yet")))?;
     let record = state.sandboxes.get_ready(&sandbox_id, None).await?;
     let authority = super::proxy::token_authority(&sandbox_id, &claims, issuer, "vnc");
     super::proxy::relay_vnc(

@@ -126,9 +126,9 @@ impl From<SandboxError> for ApiError {
     fn from(error: SandboxError) -> Self {
         match error {
             SandboxError::Invalid { .. } => ApiError::invalid(error.to_string()),
-            SandboxError::NotFound(_) | SandboxError::TokenNotFound { .. } => {
-                ApiError::not_found(error.to_string())
-            }
+            SandboxError::NotFound(_)
+            | SandboxError::TokenNotFound { .. }
+            | SandboxError::ShareLinkNotFound { .. } => ApiError::not_found(error.to_string()),
             SandboxError::Conflict(message) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }

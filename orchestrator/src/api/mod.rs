@@ -20,8 +20,10 @@ pub mod health;
 pub mod keys;
 pub mod openapi;
 pub mod proxy;
+pub mod relays;
 pub mod runs;
 pub mod sandboxes;
+pub mod shares;
 pub mod tokens;
 pub mod types;
 
@@ -61,6 +63,8 @@ pub struct AppState {
     pub public_url: Arc<String>,
     /// Browser origins besides this server's own that may open its WebSockets.
     pub allowed_origins: Arc<Vec<String>>,
+    /// The WebSocket relay sessions each key holds.
+    pub relays: Arc<relays::Relays>,
     request_ids: RequestIds,
 }
 
@@ -77,12 +81,17 @@ impl AppState {
             keys.clone(),
             sandboxes.sessions().clone(),
         );
+        let relays = relays::Relays::new(
+            sandboxes.settings().relays_per_key,
+            sandboxes.settings().relay_unfinished,
+        );
         Self {
             sandboxes,
             runs,
             keys,
             console,
             metrics,
+            relays,
             proxy: HttpProxy::new(),
             public_url: Arc::new(public_url),
             allowed_origins: Arc::new(Vec::new()),
@@ -107,6 +116,7 @@ fn keyed_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(sandboxes::routes())
         .merge(runs::routes())
+        .merge(shares::routes())
         .merge(tokens::routes())
         .merge(keys::routes())
 }

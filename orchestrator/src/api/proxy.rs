@@ -46,10 +46,25 @@ use agentbox_http::ws::RelayFilter;
 
 /// The cookie carrying a viewer token (scoped to one sandbox's `/vnc` path).
 pub const VNC_COOKIE: &str = "agentbox_vnc";
-/// The largest WebSocket message relayed (CDP screenshots of tall pages are large).
-const MAX_MESSAGE: usize = 256 * 1024 * 1024;
-/// The largest VNC message from a viewer.
-const MAX_VNC_MESSAGE: usize = 4 * 1024 * 1024;
+/// How large a relayed WebSocket message may be, each way.
+#[derive(Debug, Clone, Copy)]
+struct MessageLimits {
+    /// From the client (a CDP command with a large script or file; a viewer's clipboard).
+    client: usize,
+    /// From sandboxd (CDP screenshots of tall pages are large; RFB arrives in small pieces).
+    upstream: usize,
+}
+
+/// CDP and the sandbox API's sockets.
+const MAX_MESSAGE: MessageLimits = MessageLimits {
+    client: 32 * 1024 * 1024,
+    upstream: 256 * 1024 * 1024,
+};
+/// A viewer's RFB.
+const MAX_VNC_MESSAGE: MessageLimits = MessageLimits {
+    client: 4 * 1024 * 1024,
+    upstream: 16 * 1024 * 1024,
+};
 /// What every answer carrying sandbox-originated content gets: no script, no sniffing.
 const SANDBOXED_CSP: &str = "sandbox";
 
@@ -115,12 +130,17 @@ async fn relay_websocket(
     upstream_path: &str,
     authority: Authority,
     filter: Option<Box<dyn RelayFilter>>,
-    max_message: usize,
+    max_message: MessageLimits,
 ) -> Result<Response, ApiError> {
+    // Sessions count against the key they rest on (a token's issuer).
+    let holder = match &authority.key_id {
+        Some(key_id) => key_id.clone(),
+        None => format!("sandbox:{}", record.id),
+    };
+    let (slot, limits) = state.relays.open(&holder, max_message.client)?;
     let protocols = agentbox_http::ws::requested_protocols(request.headers());
     let (mut parts, _) = request.into_parts();
-    let upgrade = agentbox_http::ws::accept(&mut parts, protocols.as_deref(), max_message)
-        .await
+    let upgrade = agentbox_http::ws::accept(&mut parts, protocols.as_deref(), limits)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let url = format!("ws://{}:{SANDBOXD_PORT}{upstream_path}", address(record)?);
     let key = format!("Bearer {}", state.sandboxes.sandbox_key(record));
@@ -128,7 +148,7 @@ async fn relay_websocket(
     if let Some(protocols) = protocols.as_deref() {
         headers.push(("sec-websocket-protocol", protocols));
     }
-    let upstream = match agentbox_http::ws::connect(&url, &headers, max_message).await {
+    let upstream = match agentbox_http::ws::connect(&url, &headers, max_message.upstream).await {
         Ok(upstream) => upstream,
         Err(error) if error.to_string().contains("401") => {
             return Err(not_the_sandbox(state, record));
@@ -140,6 +160,7 @@ async fn relay_websocket(
     let mut session = state.sandboxes.sessions().open(authority.clone());
     let id = record.id.clone();
     Ok(upgrade.on_upgrade(move |socket| async move {
+        let _slot = slot;
         let _hold = activity.hold(&id);
         let _gauge = metrics.session(authority.kind);
         tracing::info!(sandbox_id = %id, kind = authority.kind, token_id = ?authority.token_id, "session opened");
@@ -366,9 +387,10 @@ fn presented_token(request_headers: &HeaderMap, query: Option<&str>) -> Option<(
 
 fn access_error(error: AccessError) -> ApiError {
     match error {
-        AccessError::OtherSandbox | AccessError::NeedsControl | AccessError::CdpOnly => {
-            ApiError::forbidden(error.to_string())
-        }
+        AccessError::OtherSandbox
+        | AccessError::NeedsControl
+        | AccessError::CdpOnly
+        | AccessError::ShareOnly => ApiError::forbidden(error.to_string()),
         _ => ApiError::unauthorized(format!("viewer token refused: {error}")),
     }
 }
@@ -553,6 +575,7 @@ async fn vnc_socket(
         ),
         // `vnc_token` refused it already.
         Scope::Cdp => return Err(access_error(AccessError::CdpOnly)),
+        Scope::Share => return Err(access_error(AccessError::ShareOnly)),
     };
     let authority = token_authority(&id, &claims, issuer, "vnc");
     relay_websocket(

@@ -389,8 +389,8 @@ pub(super) enum StreamAuthority {
     Key(String),
     /// A web console sign-in (ends at sign-out, expiry or the key's revocation).
     Console(String),
-    /// A share link: a viewer token for the run's sandbox.
-    Token { token: String, sandbox_id: String },
+    /// A share link for this run.
+    Share { token: String, run_id: String },
 }
 
 impl StreamAuthority {
@@ -403,8 +403,8 @@ impl StreamAuthority {
             StreamAuthority::Console(session) => {
                 state.console.is_live(session).await.unwrap_or(false)
             }
-            StreamAuthority::Token { token, sandbox_id } => matches!(
-                state.sandboxes.verify_token(token, sandbox_id).await,
+            StreamAuthority::Share { token, run_id } => matches!(
+                state.sandboxes.verify_share_token(token, run_id).await,
                 Ok(Ok(_))
             ),
         }

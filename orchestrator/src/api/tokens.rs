@@ -46,13 +46,21 @@ pub async fn create(
     Path(id): Path<String>,
     ApiJson(request): ApiJson<CreateTokenRequest>,
 ) -> Result<(StatusCode, Json<Token>), ApiError> {
-    if request.scope == Scope::Cdp {
+    let refusal = match request.scope {
+        Scope::View | Scope::Control => None,
+        Scope::Cdp => Some(
+            "invalid `scope`: must be `view` or `control` (a `cdp` credential comes only in the \
+             CDP URL that the sandbox's /v1/browser/info reports through this server)",
+        ),
+        Scope::Share => Some(
+            "invalid `scope`: must be `view` or `control` (a share link is made from its run: \
+             POST /v1/runs/{id}/shares)",
+        ),
+    };
+    if let Some(message) = refusal {
         return Err(ApiError {
             loc: Some(vec!["body".into(), "scope".into()]),
-            ..ApiError::invalid(
-                "invalid `scope`: must be `view` or `control` (a `cdp` credential comes only in \
-                 the CDP URL that the sandbox's /v1/browser/info reports through this server)",
-            )
+            ..ApiError::invalid(message)
         });
     }
     let ttl = request.ttl_secs.unwrap_or(DEFAULT_TTL_SECS);

@@ -308,6 +308,12 @@ pub(super) fn format_event(event: &RunEvent) -> String {
         "input.requested" => text(event, "question"),
         "input.received" => text(event, "text"),
         "artifact.created" => format!("{} ({} bytes)", text(event, "name"), text(event, "size")),
+        "artifact.skipped" => format!(
+            "{} ({} bytes) not kept: {}",
+            text(event, "name"),
+            text(event, "size"),
+            text(event, "reason")
+        ),
         "error" => format!("{}: {}", text(event, "kind"), text(event, "message")),
         _ => String::new(),
     };

@@ -514,7 +514,6 @@ impl Store {
         rows.iter().map(run_from_row).collect()
     }
 
-    /// Records an artifact; replaces the row of the same name (a file saved again).
     /// Deletes an ended run with its events and artifact records, in one transaction; false
     /// when there is no such run or it has not ended.
     pub async fn delete_ended_run(&self, id: &str) -> Result<bool> {
@@ -538,12 +537,63 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(query_error("delete run artifacts"))?;
+        sqlx::query("DELETE FROM tokens WHERE run_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error("delete run share links"))?;
         tx.commit()
             .await
             .map_err(query_error("commit run deletion"))?;
         Ok(true)
     }
 
+    /// Up to `limit` ids of runs that ended before `before` (ms since the epoch), oldest first.
+    pub async fn runs_ended_before(&self, before: i64, limit: i64) -> Result<Vec<String>> {
+        let rows = sqlx::query(
+            "SELECT id FROM runs WHERE ended_at IS NOT NULL AND ended_at < $1 \
+             ORDER BY ended_at, id LIMIT $2",
+        )
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(query_error("runs ended before"))?;
+        rows.iter().map(|row| get(row, "id")).collect()
+    }
+
+    /// Bytes of artifacts kept by run `run_id` and by every run of key `owner_key_id`, leaving
+    /// out the artifact `name` of that run (a file saved again replaces it).
+    pub async fn artifact_usage(
+        &self,
+        run_id: &str,
+        owner_key_id: &str,
+        name: &str,
+    ) -> Result<(i64, i64)> {
+        let run = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) AS used FROM run_artifacts \
+             WHERE run_id = $1 AND name <> $2",
+        )
+        .bind(run_id)
+        .bind(name)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query_error("run artifact usage"))?;
+        let key = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(a.size), 0) AS BIGINT) AS used FROM run_artifacts a \
+             JOIN runs r ON r.id = a.run_id \
+             WHERE r.owner_key_id = $1 AND NOT (a.run_id = $2 AND a.name = $3)",
+        )
+        .bind(owner_key_id)
+        .bind(run_id)
+        .bind(name)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query_error("key artifact usage"))?;
+        Ok((get(&run, "used")?, get(&key, "used")?))
+    }
+
+    /// Records an artifact; replaces the row of the same name (a file saved again).
     pub async fn upsert_artifact(&self, artifact: &ArtifactRecord) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
         sqlx::query("DELETE FROM run_artifacts WHERE run_id = $1 AND name = $2")

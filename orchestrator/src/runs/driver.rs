@@ -120,7 +120,7 @@ async fn drive(
     active: Arc<ActiveRun>,
     resume: Option<Option<String>>,
 ) {
-    let bare = RunSink::new(runs.clone(), run.id.clone(), active.clone(), None);
+    let bare = RunSink::new(runs.clone(), &run, active.clone(), None);
     if resume.is_none()
         && let Err(error) = bare
             .append(
@@ -178,12 +178,7 @@ async fn drive(
         Ok(parts) => parts,
         Err(message) => return fail(&bare, "sandbox_error", message).await,
     };
-    let sink = Arc::new(RunSink::new(
-        runs.clone(),
-        run.id.clone(),
-        active.clone(),
-        Some(link),
-    ));
+    let sink = Arc::new(RunSink::new(runs.clone(), &run, active.clone(), Some(link)));
     let model = match ModelSpec::parse(&run.model)
         .map_err(|e| e.to_string())
         .and_then(|spec| agent::build_model(&spec, &runs.models).map_err(|e| e.to_string()))

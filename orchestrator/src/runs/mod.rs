@@ -126,6 +126,12 @@ pub struct RunSettings {
     pub lease_ttl: Duration,
     /// Where `script:` files must be (`None`: anywhere the orchestrator can read).
     pub script_root: Option<std::path::PathBuf>,
+    /// Bytes of artifacts one run may keep.
+    pub run_artifact_bytes: u64,
+    /// Bytes of artifacts all the runs of one key may keep together.
+    pub key_artifact_bytes: u64,
+    /// How long ended runs are kept (`None`: until deleted).
+    pub retention: Option<Duration>,
 }
 
 impl Default for RunSettings {
@@ -133,6 +139,9 @@ impl Default for RunSettings {
         Self {
             lease_ttl: Duration::from_secs(30),
             script_root: None,
+            run_artifact_bytes: 1024 * 1024 * 1024,
+            key_artifact_bytes: 10 * 1024 * 1024 * 1024,
+            retention: Some(Duration::from_secs(30 * 86_400)),
         }
     }
 }
@@ -207,6 +216,9 @@ impl Runs {
             RunSettings {
                 lease_ttl: settings.run_lease,
                 script_root: Some(settings.scripts_dir.clone()),
+                run_artifact_bytes: settings.run_artifact_bytes,
+                key_artifact_bytes: settings.key_artifact_bytes,
+                retention: settings.run_retention,
             },
         )
     }
@@ -407,6 +419,45 @@ impl Runs {
         self.artifacts.remove_run(id).await?;
         tracing::info!(run_id = %id, "run deleted");
         Ok(())
+    }
+
+    /// Deletes the ended runs that ended more than the retention period before `now` (ms since
+    /// the epoch), with their events and artifacts; returns how many. Nothing when runs are
+    /// kept for good.
+    pub async fn purge_expired(&self, now: i64) -> Result<usize, RunError> {
+        let Some(retention) = self.settings.retention else {
+            return Ok(0);
+        };
+        let cutoff = now.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        let mut deleted = 0;
+        loop {
+            let batch = self.store.runs_ended_before(cutoff, 100).await?;
+            if batch.is_empty() {
+                return Ok(deleted);
+            }
+            for id in batch {
+                match self.delete(&id, None).await {
+                    Ok(()) => deleted += 1,
+                    // Another process deleted it meanwhile.
+                    Err(RunError::NotFound(_)) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+    }
+
+    /// Deletes ended runs past their retention once an hour, from start-up on.
+    pub async fn retain_forever(self: Arc<Self>) {
+        let mut every = tokio::time::interval(Duration::from_secs(3600));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            match self.purge_expired(now_ms()).await {
+                Ok(0) => {}
+                Ok(deleted) => tracing::info!(deleted, "ended runs past their retention deleted"),
+                Err(error) => tracing::warn!(%error, "deleting runs past their retention failed"),
+            }
+        }
     }
 
     /// Cancels a run; answers once its final `canceled` status is written.

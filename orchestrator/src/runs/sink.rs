@@ -36,10 +36,22 @@ pub(crate) struct SandboxLink {
     pub(crate) home: String,
 }
 
+/// Why a file was not kept.
+#[derive(Debug, thiserror::Error)]
+enum KeepError {
+    /// Keeping it would pass the run's or the key's artifact budget.
+    #[error("{0}")]
+    OverBudget(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// The loop's sink for one run.
 pub(crate) struct RunSink {
     runs: Arc<Runs>,
     run_id: String,
+    /// The key that owns the run (its artifacts count against that key's budget).
+    owner_key_id: String,
     active: Arc<ActiveRun>,
     sandbox: Option<SandboxLink>,
     /// Files copied from `~/outputs`: name -> (size, modified time) when copied.
@@ -49,13 +61,14 @@ pub(crate) struct RunSink {
 impl RunSink {
     pub(crate) fn new(
         runs: Arc<Runs>,
-        run_id: String,
+        run: &crate::db::RunRecord,
         active: Arc<ActiveRun>,
         sandbox: Option<SandboxLink>,
     ) -> Self {
         Self {
             runs,
-            run_id,
+            run_id: run.id.clone(),
+            owner_key_id: run.owner_key_id.clone(),
             active,
             sandbox,
             copied: Mutex::new(HashMap::new()),
@@ -194,7 +207,14 @@ impl RunSink {
                     continue;
                 }
             };
-            match self.store_artifact(&name, "output", bytes).await {
+            match self.store_artifact(&name, "output", bytes.clone()).await {
+                Err(KeepError::OverBudget(reason)) => {
+                    // Not tried again unless the file changes.
+                    copied.insert(name.clone(), stamp);
+                    if self.skipped(&name, bytes.len(), &reason).await.is_err() {
+                        return;
+                    }
+                }
                 Ok(record) => {
                     copied.insert(name, stamp);
                     let event = json!({
@@ -220,12 +240,57 @@ impl RunSink {
         }
     }
 
+    /// An `artifact.skipped` event: `name` (`size` bytes) was not kept, and why.
+    async fn skipped(&self, name: &str, size: usize, reason: &str) -> Result<i64, SinkError> {
+        tracing::warn!(run_id = %self.run_id, %name, size, %reason, "artifact not kept");
+        let event = json!({
+            "type": "artifact.skipped",
+            "name": name,
+            "size": size,
+            "reason": reason,
+        });
+        self.append("artifact.skipped", event.to_string(), None)
+            .await
+            .inspect_err(|error| {
+                tracing::debug!(run_id = %self.run_id, %error, "artifact event not written");
+            })
+    }
+
+    /// Whether `size` more bytes under `name` fit the run's and the key's artifact budgets.
+    async fn check_budget(&self, name: &str, size: usize) -> Result<(), KeepError> {
+        let settings = &self.runs.settings;
+        let (run_used, key_used) = self
+            .runs
+            .store
+            .artifact_usage(&self.run_id, &self.owner_key_id, name)
+            .await
+            .map_err(|e| KeepError::Failed(e.to_string()))?;
+        let size = u64::try_from(size).unwrap_or(u64::MAX);
+        let used = |bytes: i64| u64::try_from(bytes).unwrap_or(0);
+        let mib = |bytes: u64| bytes / (1024 * 1024);
+        if used(run_used).saturating_add(size) > settings.run_artifact_bytes {
+            return Err(KeepError::OverBudget(format!(
+                "over this run's artifact budget ({} MiB, --run-artifacts-mib)",
+                mib(settings.run_artifact_bytes)
+            )));
+        }
+        if used(key_used).saturating_add(size) > settings.key_artifact_bytes {
+            return Err(KeepError::OverBudget(format!(
+                "over this API key's artifact budget ({} MiB, --key-artifacts-mib): delete \
+                 runs it no longer needs",
+                mib(settings.key_artifact_bytes)
+            )));
+        }
+        Ok(())
+    }
+
     async fn store_artifact(
         &self,
         name: &str,
         kind: &str,
         bytes: Bytes,
-    ) -> Result<ArtifactRecord, String> {
+    ) -> Result<ArtifactRecord, KeepError> {
+        self.check_budget(name, bytes.len()).await?;
         let record = ArtifactRecord {
             run_id: self.run_id.clone(),
             name: name.to_string(),
@@ -239,12 +304,12 @@ impl RunSink {
             .artifacts
             .put(&self.run_id, name, bytes)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| KeepError::Failed(e.to_string()))?;
         self.runs
             .store
             .upsert_artifact(&record)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| KeepError::Failed(e.to_string()))?;
         Ok(record)
     }
 
@@ -358,10 +423,17 @@ impl EventSink for RunSink {
                 observation.id
             )));
         };
-        self.store_artifact(&name, "screenshot", image.clone())
+        match self
+            .store_artifact(&name, "screenshot", image.clone())
             .await
-            .map(|_| ())
-            .map_err(SinkError)
+        {
+            Ok(_) => Ok(()),
+            // The model saw it; the record goes without it, and says so.
+            Err(KeepError::OverBudget(reason)) => {
+                self.skipped(&name, image.len(), &reason).await.map(drop)
+            }
+            Err(KeepError::Failed(message)) => Err(SinkError(message)),
+        }
     }
 
     async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), SinkError> {

@@ -20,7 +20,8 @@ const ORIGIN: &str = "http://127.0.0.1:8090";
 struct Console {
     app: axum::Router,
     store: Store,
-    _data: tempfile::TempDir,
+    runs: std::sync::Arc<orchestrator::runs::Runs>,
+    data: tempfile::TempDir,
 }
 
 async fn console() -> Console {
@@ -28,7 +29,8 @@ async fn console() -> Console {
     Console {
         app: fixture.app,
         store: fixture.store,
-        _data: fixture.data,
+        runs: fixture.runs,
+        data: fixture.data,
     }
 }
 
@@ -96,7 +98,13 @@ impl Console {
 
     /// A finished run of `sandbox` (no driver picks it up).
     async fn finished_run(&self, id: &str, sandbox: &str, owner: &str) {
-        let now = orchestrator::secret::now_ms();
+        self.run_ended_at(id, sandbox, owner, orchestrator::secret::now_ms())
+            .await;
+    }
+
+    /// A run of `sandbox` that ended at `ended` (ms since the epoch).
+    async fn run_ended_at(&self, id: &str, sandbox: &str, owner: &str, ended: i64) {
+        let now = ended;
         self.store
             .insert_run(&RunRecord {
                 id: id.into(),
@@ -159,7 +167,7 @@ async fn sign_in_sets_a_strict_http_only_cookie_that_is_not_the_key() {
     assert_eq!(listed.status, StatusCode::OK, "{:?}", listed.json());
     // The row holds a hash: the secret itself is nowhere in the database file.
     let secret = pair.split_once('=').map(|(_, v)| v).unwrap_or_default();
-    let db = std::fs::read(c._data.path().join("orchestrator.db")).expect("the database");
+    let db = std::fs::read(c.data.path().join("orchestrator.db")).expect("the database");
     assert!(
         !db.windows(secret.len()).any(|w| w == secret.as_bytes()),
         "the secret is not stored"
@@ -503,30 +511,57 @@ async fn pages_redirect_signed_out_people_and_say_what_is_missing() {
     }
 }
 
-async fn share_token(c: &Console, sandbox: &str, ttl_secs: i64) -> Value {
+async fn share_link(c: &Console, run: &str, ttl_secs: i64) -> Value {
     let answer = c
         .send(
-            Call::post(format!("/v1/sandboxes/{sandbox}/tokens"))
+            Call::post(format!("/v1/runs/{run}/shares"))
                 .bearer(ADMIN_KEY)
-                .json(&json!({"scope": "view", "ttl_secs": ttl_secs})),
+                .json(&json!({"ttl_secs": ttl_secs})),
         )
         .await;
     assert_eq!(answer.status, StatusCode::CREATED, "{:?}", answer.json());
     answer.json()
 }
 
-/// Share links: a view token for the run's sandbox becomes a cookie scoped to that run's share
-/// path and opens its record (not the API); an expired, revoked, foreign or missing link is a
-/// page that says which.
+/// The token in a share link's URL.
+fn token_of(share: &Value) -> String {
+    let url = share["url"].as_str().expect("a url");
+    url.split_once("?token=")
+        .map(|(_, token)| token.to_string())
+        .expect("a token in the url")
+}
+
+async fn shared_run(c: &Console, run: &str, token: &str) -> Answer {
+    let answer = c
+        .send(Call::get(format!("/share/runs/{run}?token={token}")))
+        .await;
+    if answer.status != StatusCode::SEE_OTHER {
+        return answer;
+    }
+    let pair = cookie_pair(&set_cookie(&answer));
+    c.send(Call::get(format!("/share/runs/{run}/run")).header("cookie", &pair))
+        .await
+}
+
+/// Share links (the attack review's finding: a link made for run 1 opened run 2 of the same
+/// sandbox, runs started after it, and any watch-only token worked as one). A link is made from
+/// its run, names that run in its signed claims and opens only it; a plain viewer token is
+/// refused on `/share`; a link is no sandbox credential; it is listed and revoked from the run;
+/// it outlives the run's sandbox and goes with the run. Expired, revoked, foreign and missing
+/// links are pages that say which.
 #[tokio::test]
 async fn share_links_open_one_run_and_say_why_when_they_do_not() {
     let c = console().await;
     let key_id = c.admin_key_id().await;
     c.ready_sandbox("sbx-a", &key_id).await;
-    c.ready_sandbox("sbx-b", &key_id).await;
     c.finished_run("run-a", "sbx-a", &key_id).await;
-    let token = share_token(&c, "sbx-a", 600).await;
-    let text = token["token"].as_str().expect("token");
+    let share = share_link(&c, "run-a", 600).await;
+    assert!(
+        share["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("shr-"))
+    );
+    let text = token_of(&share);
     let answer = c
         .send(Call::get(format!("/share/runs/run-a?token={text}")))
         .await;
@@ -548,25 +583,101 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
         let answer = c.send(Call::get(path).header("cookie", &pair)).await;
         assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{path}");
     }
-    // A link for another sandbox does not open this run.
-    let other = share_token(&c, "sbx-b", 600).await;
-    let answer = c
-        .send(Call::get(format!(
-            "/share/runs/run-a?token={}",
-            other["token"].as_str().expect("token")
-        )))
-        .await;
+
+    // The attack: another run of the same sandbox, started after the link was made. The link
+    // (as a query and as the cookie a browser would send there) does not open it.
+    c.finished_run("run-b", "sbx-a", &key_id).await;
+    let answer = shared_run(&c, "run-b", &text).await;
     assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
-    assert!(String::from_utf8_lossy(&answer.body).contains("not a valid share link"));
-    // Revoked.
-    c.send(
-        Call::delete(format!(
-            "/v1/sandboxes/sbx-a/tokens/{}",
-            token["id"].as_str().expect("id")
-        ))
-        .bearer(ADMIN_KEY),
-    )
-    .await;
+    assert!(String::from_utf8_lossy(&answer.body).contains("made for another run"));
+    for path in [
+        "/share/runs/run-b/run",
+        "/share/runs/run-b/events",
+        "/share/runs/run-b/artifacts/screenshots/1.png",
+    ] {
+        let answer = c
+            .send(Call::get(path).header("cookie", format!("agentbox_share={text}")))
+            .await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+    // A watch-only viewer token of the run's sandbox is no share link.
+    let view = c
+        .send(
+            Call::post("/v1/sandboxes/sbx-a/tokens")
+                .bearer(ADMIN_KEY)
+                .json(&json!({"scope": "view", "ttl_secs": 600})),
+        )
+        .await;
+    assert_eq!(view.status, StatusCode::CREATED);
+    let view_token = view.json()["token"].as_str().expect("token").to_string();
+    let answer = shared_run(&c, "run-a", &view_token).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert!(String::from_utf8_lossy(&answer.body).contains("not a share link"));
+    // Nor is a share link a sandbox credential, and none is made through the sandbox's tokens.
+    let answer = c
+        .send(Call::get(format!("/v1/sandboxes/sbx-a/vnc/?token={text}")))
+        .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{:?}", answer.json());
+    let answer = c
+        .send(
+            Call::post("/v1/sandboxes/sbx-a/tokens")
+                .bearer(ADMIN_KEY)
+                .json(&json!({"scope": "share"})),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        answer.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/v1/runs/{id}/shares"))
+    );
+    // Revoking every sandbox token leaves the run's links alone.
+    let answer = c
+        .send(Call::delete("/v1/sandboxes/sbx-a/tokens").bearer(ADMIN_KEY))
+        .await;
+    assert_eq!(answer.json()["revoked"], 1, "the view token only");
+
+    // Listed from the run (without their URL), revoked from the run.
+    let second = share_link(&c, "run-a", 600).await;
+    let list = c
+        .send(Call::get("/v1/runs/run-a/shares").bearer(ADMIN_KEY))
+        .await;
+    assert_eq!(list.status, StatusCode::OK);
+    let listed = list.json()["shares"].clone();
+    let listed = listed.as_array().expect("shares");
+    assert!(
+        listed.iter().all(|s| s.get("url").is_none()),
+        "the list repeats no link"
+    );
+    let mut ids: Vec<&str> = listed.iter().filter_map(|s| s["id"].as_str()).collect();
+    ids.sort_unstable();
+    let mut made = [&share["id"], &second["id"]].map(|id| id.as_str().unwrap_or_default());
+    made.sort_unstable();
+    assert_eq!(ids, made);
+    let no_run = c
+        .send(Call::get("/v1/runs/run-nope/shares").bearer(ADMIN_KEY))
+        .await;
+    assert_eq!(no_run.status, StatusCode::NOT_FOUND);
+    let answer = c
+        .send(
+            Call::delete(format!(
+                "/v1/runs/run-a/shares/{}",
+                share["id"].as_str().expect("id")
+            ))
+            .bearer(ADMIN_KEY),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let again = c
+        .send(
+            Call::delete(format!(
+                "/v1/runs/run-a/shares/{}",
+                share["id"].as_str().expect("id")
+            ))
+            .bearer(ADMIN_KEY),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND, "revoked once");
     let answer = c
         .send(Call::get("/share/runs/run-a/run").header("cookie", &pair))
         .await;
@@ -576,23 +687,107 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
         .await;
     assert_eq!(answer.status, StatusCode::GONE);
     assert!(String::from_utf8_lossy(&answer.body).contains("no longer works"));
+    // The other link still opens, also once the run's sandbox is gone.
+    c.store.delete_sandbox("sbx-a").await.expect("sandbox gone");
+    let answer = shared_run(&c, "run-a", &token_of(&second)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.json());
+    assert_eq!(answer.json()["sandbox_live"], false);
+
     // Expired.
-    let short = share_token(&c, "sbx-a", 1).await;
+    let short = share_link(&c, "run-a", 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let answer = c
         .send(Call::get(format!(
             "/share/runs/run-a?token={}",
-            short["token"].as_str().expect("token")
+            token_of(&short)
         )))
         .await;
     assert_eq!(answer.status, StatusCode::GONE);
     assert!(String::from_utf8_lossy(&answer.body).contains("has expired"));
-    // A deleted run.
+    // Bad lifetimes are refused, naming the field.
+    for ttl in [0, 86_401] {
+        let answer = c
+            .send(
+                Call::post("/v1/runs/run-a/shares")
+                    .bearer(ADMIN_KEY)
+                    .json(&json!({"ttl_secs": ttl})),
+            )
+            .await;
+        assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY, "{ttl}");
+        assert!(
+            answer.json()["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("ttl_secs"))
+        );
+    }
+    // A deleted run: the page says so, and its links' rows went with it.
     let answer = c
-        .send(Call::get(format!("/share/runs/run-gone?token={text}")))
+        .send(Call::delete("/v1/runs/run-a").bearer(ADMIN_KEY))
+        .await;
+    assert_eq!(answer.status, StatusCode::NO_CONTENT);
+    let answer = c
+        .send(Call::get(format!(
+            "/share/runs/run-a?token={}",
+            token_of(&second)
+        )))
         .await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
     assert!(String::from_utf8_lossy(&answer.body).contains("no longer exists"));
+    assert!(
+        c.store
+            .share_tokens("run-a", 0)
+            .await
+            .expect("a list")
+            .is_empty()
+    );
+}
+
+/// Retention (the attack review's finding: outputs piled up with no retention): ended runs
+/// older than `--run-retention-days` (30 by default) go with their events, artifact rows and
+/// files; newer ones and runs still going stay.
+#[tokio::test]
+async fn ended_runs_past_retention_are_deleted_with_their_artifacts() {
+    let c = console().await;
+    let key_id = c.admin_key_id().await;
+    let now = orchestrator::secret::now_ms();
+    let day = 86_400_000;
+    c.run_ended_at("run-old", "sbx-gone", &key_id, now - 31 * day)
+        .await;
+    c.run_ended_at("run-recent", "sbx-gone", &key_id, now - 29 * day)
+        .await;
+    let folder = c.data.path().join("artifacts/run-old/outputs");
+    std::fs::create_dir_all(&folder).expect("a folder");
+    std::fs::write(folder.join("report.txt"), b"old").expect("a file");
+    c.store
+        .upsert_artifact(&orchestrator::db::ArtifactRecord {
+            run_id: "run-old".into(),
+            name: "outputs/report.txt".into(),
+            kind: "output".into(),
+            size: 3,
+            content_type: "text/plain".into(),
+            sha256: String::new(),
+            created_at: now - 31 * day,
+        })
+        .await
+        .expect("an artifact row");
+    assert_eq!(c.runs.purge_expired(now).await.expect("a purge"), 1);
+    let old = c
+        .send(Call::get("/v1/runs/run-old").bearer(ADMIN_KEY))
+        .await;
+    assert_eq!(old.status, StatusCode::NOT_FOUND);
+    assert!(!c.data.path().join("artifacts/run-old").exists());
+    assert!(
+        c.store
+            .artifacts("run-old")
+            .await
+            .expect("a list")
+            .is_empty()
+    );
+    let recent = c
+        .send(Call::get("/v1/runs/run-recent").bearer(ADMIN_KEY))
+        .await;
+    assert_eq!(recent.status, StatusCode::OK);
+    assert_eq!(c.runs.purge_expired(now).await.expect("a purge"), 0);
 }
 
 /// Every console file is plain static HTML, CSS and JavaScript modules: no inline script, no

@@ -548,20 +548,29 @@ async fn a_run_survives_kill_9_of_the_orchestrator() -> anyhow::Result<()> {
 }
 
 /// 500 concurrent subscribers to one run each receive every event once, in order, and their
-/// streams end after the terminal status.
+/// streams end after the terminal status. The run also saves an output larger than its
+/// artifact budget (`--run-artifacts-mib 1`): it is not kept, and the log says why (the attack
+/// review's finding: a run could keep 12.5 GiB with no total).
 #[tokio::test]
 async fn five_hundred_subscribers_see_every_event_in_order() -> anyhow::Result<()> {
     let scripts = tempfile::tempdir()?;
     let mut steps: Vec<Value> = (0..15)
         .map(|i| json!({"action": "SHELL", "command": format!("sleep 0.1; echo {i}")}))
         .collect();
+    steps.push(json!({"action": "SHELL",
+        "command": "mkdir -p ~/outputs && head -c 3145728 /dev/zero > ~/outputs/big.bin"}));
     steps.push(json!({"action": "FINAL", "answer": "counted"}));
     std::fs::write(
         scripts.path().join("count.json"),
         serde_json::to_string(&steps)?,
     )?;
     let orchestrator = Orchestrator::start(Options {
-        extra_args: vec!["--scripts-dir".into(), scripts.path().display().to_string()],
+        extra_args: vec![
+            "--scripts-dir".into(),
+            scripts.path().display().to_string(),
+            "--run-artifacts-mib".into(),
+            "1".into(),
+        ],
         ..Options::default()
     })?;
     let (status, run) = post_run(
@@ -595,6 +604,26 @@ async fn five_hundred_subscribers_see_every_event_in_order() -> anyhow::Result<(
         let seqs: Vec<i64> = events.iter().map(|e| e.0).collect();
         assert_eq!(seqs, expected, "subscriber {i}");
     }
+    // The big output: skipped with its reason, not kept.
+    let all = page["events"].as_array().context("events")?;
+    let skipped = all
+        .iter()
+        .find(|e| e["type"] == "artifact.skipped" && e["name"] == "outputs/big.bin")
+        .with_context(|| format!("no artifact.skipped for big.bin in {page}"))?;
+    assert_eq!(skipped["size"], 3_145_728);
+    assert!(
+        skipped["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("run's artifact budget")),
+        "{skipped}"
+    );
+    let (_, artifacts) = orchestrator
+        .get(&format!("/v1/runs/{id}/artifacts"))
+        .await?;
+    let artifacts = artifacts["artifacts"].as_array().context("artifacts")?;
+    assert!(artifacts.iter().all(|a| a["name"] != "outputs/big.bin"));
+    let kept: i64 = artifacts.iter().filter_map(|a| a["size"].as_i64()).sum();
+    assert!(kept <= 1024 * 1024, "{kept} bytes kept");
     Ok(())
 }
 

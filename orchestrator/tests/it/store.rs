@@ -212,16 +212,66 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
                 created_at: 1,
                 expires_at: 100,
                 revoked_at: None,
+                run_id: None,
             })
             .await?;
     }
+    // Share links: tokens of a run (of sandbox sbx-a), apart from the sandbox's own.
+    for id in ["shr-1", "shr-2"] {
+        store
+            .insert_token(&TokenRecord {
+                id: id.into(),
+                sandbox_id: "sbx-a".into(),
+                issuer_key_id: Some("key-1".into()),
+                scope: "share".into(),
+                created_at: 1,
+                expires_at: 100,
+                revoked_at: None,
+                run_id: Some("run-1".into()),
+            })
+            .await?;
+    }
+    assert_eq!(
+        store.revoke_tokens("sbx-a", Some("shr-1"), 50).await?,
+        0,
+        "a share link is not revoked as a sandbox token"
+    );
     assert_eq!(
         store.revoke_tokens("sbx-a", Some("tok-3"), 50).await?,
         0,
         "a token of another sandbox"
     );
     assert_eq!(store.revoke_tokens("sbx-a", Some("tok-1"), 50).await?, 1);
-    assert_eq!(store.revoke_tokens("sbx-a", None, 51).await?, 1);
+    assert_eq!(
+        store.revoke_tokens("sbx-a", None, 51).await?,
+        1,
+        "tok-2: the share links stay"
+    );
+    let live: Vec<String> = store
+        .share_tokens("run-1", 10)
+        .await?
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(live, ["shr-1", "shr-2"]);
+    assert_eq!(
+        store
+            .revoke_share_tokens("run-1", Some("shr-1"), 52)
+            .await?,
+        1
+    );
+    assert_eq!(
+        store
+            .revoke_share_tokens("run-1", Some("shr-1"), 53)
+            .await?,
+        0
+    );
+    assert_eq!(store.revoke_share_tokens("run-2", None, 53).await?, 0);
+    assert_eq!(store.share_tokens("run-1", 10).await?.len(), 1);
+    assert!(
+        store.share_tokens("run-1", 100).await?.is_empty(),
+        "expired"
+    );
     assert_eq!(
         store.token("tok-1").await?.context("tok-1")?.revoked_at,
         Some(50)
@@ -252,7 +302,17 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     assert!(store.delete_sandbox("sbx-a").await?);
     assert!(!store.delete_sandbox("sbx-a").await?);
     assert_eq!(store.token("tok-1").await?, None);
-    assert_eq!(store.purge_expired_tokens(1_000).await?, 1);
+    assert_eq!(
+        store
+            .token("shr-2")
+            .await?
+            .context("shr-2")?
+            .run_id
+            .as_deref(),
+        Some("run-1"),
+        "a share link outlives the run's sandbox"
+    );
+    assert_eq!(store.purge_expired_tokens(1_000).await?, 3);
 
     // The key registry on top: bootstrap once, authenticate, revoke.
     let keys = ApiKeys::new(store.clone());

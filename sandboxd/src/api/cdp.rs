@@ -15,8 +15,27 @@ use axum::routing::{any, get};
 use super::AppState;
 use super::error::ApiError;
 
-/// The largest CDP message relayed (screenshots of tall pages are large).
+/// The largest CDP message relayed from Chromium (screenshots of tall pages are large).
 const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+/// The largest CDP message a client may send (a command with a large script or file).
+const MAX_CLIENT_MESSAGE: usize = 32 * 1024 * 1024;
+/// Bytes of unfinished client messages all CDP sessions may hold together.
+const CLIENT_BUDGET: usize = 64 * 1024 * 1024;
+
+/// What a CDP client may do: messages up to 32 MiB, none unfinished for more than 30 s, and
+/// 64 MiB of unfinished messages across every session (sandboxd has one caller: its key).
+fn client_limits() -> agentbox_http::ws::Limits {
+    static BUDGET: std::sync::OnceLock<std::sync::Arc<agentbox_http::ws::Budget>> =
+        std::sync::OnceLock::new();
+    agentbox_http::ws::Limits {
+        budget: Some(
+            BUDGET
+                .get_or_init(|| agentbox_http::ws::Budget::new(CLIENT_BUDGET))
+                .clone(),
+        ),
+        ..agentbox_http::ws::Limits::new(MAX_CLIENT_MESSAGE)
+    }
+}
 /// The largest JSON answer read from Chromium.
 const MAX_JSON: usize = 8 * 1024 * 1024;
 
@@ -162,8 +181,7 @@ async fn websocket(
     agentbox_http::origin::check(request.headers(), &state.settings.allowed_origins)
         .map_err(|e| ApiError::forbidden(e.to_string()))?;
     let (mut parts, _) = request.into_parts();
-    let upgrade = agentbox_http::ws::accept(&mut parts, None, MAX_MESSAGE)
-        .await
+    let upgrade = agentbox_http::ws::accept(&mut parts, None, client_limits())
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let url = format!("ws://{}{target}", state.settings.browser.cdp_addr);
     let upstream = agentbox_http::ws::connect(&url, &[], MAX_MESSAGE)

@@ -153,7 +153,7 @@ async fn websocket(
     };
     let protocols = agentbox_http::ws::requested_protocols(request.headers());
     let (mut parts, _) = request.into_parts();
-    let upgrade = agentbox_http::ws::accept(&mut parts, protocols.as_deref(), MAX_MESSAGE)
+    let upgrade = agentbox_http::ws::accept_axum(&mut parts, protocols.as_deref(), MAX_MESSAGE)
         .await
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     // Connect before upgrading, so a failure is an HTTP answer the client can read.

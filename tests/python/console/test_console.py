@@ -422,12 +422,11 @@ def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     phone.close()
 
     # An expired share link is a clear page.
-    token = orchestrator.api("POST", f"/v1/sandboxes/{sandbox_id}/tokens",
-                             json={"scope": "view", "ttl_secs": 1}).json()["token"]
+    short = orchestrator.api("POST", f"/v1/runs/{run_id}/shares", json={"ttl_secs": 1}).json()["url"]
     time.sleep(1.5)
     stranger = browser.new_context(viewport=PHONE)
     late = stranger.new_page()
-    response = late.goto(f"{orchestrator.url}/share/runs/{run_id}?token={token}")
+    response = late.goto(short)
     assert response.status == 410
     expect(late.get_by_role("heading", name="This share link has expired")).to_be_visible()
     visit(late, shots, "share-expired")

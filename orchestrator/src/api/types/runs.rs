@@ -112,8 +112,9 @@ pub struct RunInputRequest {
 
 /// One event of a run's log: `seq`, `at`, `type` and the type's fields (`run.status`,
 /// `agent.message`, `agent.reasoning`, `action.started`, `action.finished`, `control.taken`,
-/// `control.returned`, `input.requested`, `input.received`, `artifact.created`, `usage`,
-/// `error`).
+/// `control.returned`, `input.requested`, `input.received`, `artifact.created`,
+/// `artifact.skipped` (`name`, `size`, `reason`: a screenshot or output not kept because it would
+/// pass the run's or the key's artifact budget), `usage`, `error`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RunEvent {
     /// 1, 2, 3, ... with no gap; the SSE event id.
@@ -155,4 +156,31 @@ pub struct Artifact {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ArtifactList {
     pub artifacts: Vec<Artifact>,
+}
+
+/// `POST /v1/runs/{id}/shares`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateShareRequest {
+    /// Lifetime in seconds (default 3600, at most 86400).
+    pub ttl_secs: Option<i64>,
+}
+
+/// A share link: one run's page (its task, timeline, files and a watch-only desktop) for
+/// someone without a key. It opens no other run, no sandbox route and no API route.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Share {
+    /// For `DELETE /v1/runs/{id}/shares/{share_id}`.
+    pub id: String,
+    /// The link itself: given once, when it is made (the list does not repeat it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    pub created_at: String,
+    pub expires_at: String,
+}
+
+/// `GET /v1/runs/{id}/shares`: the run's links that still open.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ShareList {
+    pub shares: Vec<Share>,
 }

@@ -151,6 +151,19 @@ impl Orchestrator {
         Ok(())
     }
 
+    /// The process's resident memory, MiB (`VmRSS`).
+    pub fn rss_mib(&self) -> anyhow::Result<f64> {
+        let pid = self.child.as_ref().context("not running")?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .context("no VmRSS")?
+            .parse()?;
+        Ok(kib / 1024.0)
+    }
+
     pub fn log_text(&self) -> String {
         self.logs.lock().map(|l| l.join("\n")).unwrap_or_default()
     }

@@ -53,6 +53,8 @@ struct Cli {
 pub struct InProcess {
     pub app: axum::Router,
     pub store: Store,
+    /// The runs service behind the router (for what no route does, like retention).
+    pub runs: Arc<orchestrator::runs::Runs>,
     pub data: tempfile::TempDir,
 }
 
@@ -83,6 +85,13 @@ pub async fn start(admin_key: &str, public_url: &str, instance: &str) -> InProce
         Keyring::from_bytes([7; 32]),
         instance.into(),
     );
-    let app = router(AppState::new(sandboxes, keys, metrics, public_url.into()));
-    InProcess { app, store, data }
+    let state = AppState::new(sandboxes, keys, metrics, public_url.into());
+    let runs = state.runs.clone();
+    let app = router(state);
+    InProcess {
+        app,
+        store,
+        runs,
+        data,
+    }
 }
