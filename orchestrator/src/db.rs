@@ -227,7 +227,15 @@ pub struct SandboxFilter {
 /// The database.
 #[derive(Clone)]
 pub struct Store {
+    /// Reads. On SQLite, readers never wait for a writer (WAL).
     pool: AnyPool,
+    /// Writes and transactions. On SQLite a pool of one connection: SQLite lets one writer in
+    /// at a time anyway, and writers of this process that queue here wait in turn (woken the
+    /// moment the writer before them is done) instead of holding a pooled connection each
+    /// while SQLite's busy handler sleeps them in steps of up to 100 ms, which left readers (a
+    /// claim's quota count) waiting for a free connection behind them. On Postgres the same
+    /// pool as `pool`.
+    writer: AnyPool,
     is_sqlite: bool,
 }
 
@@ -312,30 +320,45 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let is_sqlite = url.starts_with("sqlite:");
-        let pool = AnyPoolOptions::new()
-            .max_connections(if is_sqlite { 8 } else { 16 })
-            .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
-            .after_connect(move |connection, _| {
-                Box::pin(async move {
-                    if is_sqlite {
-                        use sqlx::Executor;
-                        // WAL lets readers proceed during a write; the busy timeout makes
-                        // writers wait for each other instead of failing at once.
-                        connection.execute("PRAGMA journal_mode = WAL").await?;
-                        connection.execute(SQLITE_BUSY_TIMEOUT).await?;
-                        connection.execute("PRAGMA synchronous = NORMAL").await?;
-                    }
-                    Ok(())
+        let connect = |max_connections: u32| {
+            AnyPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
+                .after_connect(move |connection, _| {
+                    Box::pin(async move {
+                        if is_sqlite {
+                            use sqlx::Executor;
+                            // WAL lets readers proceed during a write; the busy timeout makes
+                            // a writer wait for another process's write instead of failing
+                            // at once.
+                            connection.execute("PRAGMA journal_mode = WAL").await?;
+                            connection.execute(SQLITE_BUSY_TIMEOUT).await?;
+                            connection.execute("PRAGMA synchronous = NORMAL").await?;
+                        }
+                        Ok(())
+                    })
                 })
-            })
-            .connect(url)
-            .await
-            .map_err(|source| StoreError::Connect {
-                url: redact_url(url),
-                source,
-            })?;
-        migrator().run(&pool).await?;
-        Ok(Self { pool, is_sqlite })
+                .connect(url)
+        };
+        let connect_error = |source| StoreError::Connect {
+            url: redact_url(url),
+            source,
+        };
+        let (pool, writer) = if is_sqlite {
+            // The writer first: it creates the file and switches it to WAL before readers open.
+            let writer = connect(1).await.map_err(connect_error)?;
+            let pool = connect(8).await.map_err(connect_error)?;
+            (pool, writer)
+        } else {
+            let pool = connect(16).await.map_err(connect_error)?;
+            (pool.clone(), pool)
+        };
+        migrator().run(&writer).await?;
+        Ok(Self {
+            pool,
+            writer,
+            is_sqlite,
+        })
     }
 
     pub fn is_sqlite(&self) -> bool {
@@ -345,6 +368,7 @@ impl Store {
     /// Closes every connection.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.writer.close().await;
     }
 
     // ---- settings ----
@@ -356,7 +380,7 @@ impl Store {
         )
         .bind(name)
         .bind(value)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("insert setting"))?;
         let row = sqlx::query("SELECT value FROM settings WHERE name = $1")
@@ -381,7 +405,7 @@ impl Store {
         .bind(key.is_admin as i64)
         .bind(key.created_at)
         .bind(key.revoked_at)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("insert api key"))?;
         Ok(())
@@ -447,7 +471,7 @@ impl Store {
             sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
                 .bind(at)
                 .bind(id)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await
                 .map_err(query_error("revoke api key"))?;
         Ok(done.rows_affected() > 0)
@@ -482,7 +506,7 @@ impl Store {
             .bind(s.ended_at)
             .bind(&s.error)
             .bind(&s.instance)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("insert sandbox"))?;
         Ok(())
@@ -539,7 +563,7 @@ impl Store {
     pub async fn adopt_unassigned(&self, instance: &str) -> Result<u64> {
         let done = sqlx::query("UPDATE sandboxes SET instance = $1 WHERE instance IS NULL")
             .bind(instance)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("adopt unassigned sandboxes"))?;
         Ok(done.rows_affected())
@@ -566,7 +590,7 @@ impl Store {
             .bind(container_id)
             .bind(address)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("set container"))?;
         Ok(())
@@ -580,7 +604,7 @@ impl Store {
         )
         .bind(at)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("mark ready"))?;
         Ok(())
@@ -599,7 +623,7 @@ impl Store {
             .bind(error)
             .bind(ended_at)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("set status"))?;
         Ok(())
@@ -620,7 +644,7 @@ impl Store {
         .bind(reason)
         .bind(id)
         .bind(from)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("set health"))?;
         Ok(done.rows_affected() > 0)
@@ -642,7 +666,7 @@ impl Store {
         .bind(claimed.expires_at)
         .bind(claimed.last_active_at)
         .bind(&claimed.id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("claim pooled sandbox"))?;
         Ok(done.rows_affected() > 0)
@@ -663,7 +687,7 @@ impl Store {
         .bind(max_lifetime_secs)
         .bind(expires_at)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("set timeouts"))?;
         Ok(())
@@ -676,7 +700,7 @@ impl Store {
         )
         .bind(at)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("touch sandbox"))?;
         Ok(())
@@ -684,7 +708,7 @@ impl Store {
 
     /// Deletes a sandbox and its tokens.
     pub async fn delete_sandbox(&self, id: &str) -> Result<bool> {
-        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
         // Share links stay: they show a run, whose record outlives its sandbox.
         sqlx::query("DELETE FROM tokens WHERE sandbox_id = $1 AND run_id IS NULL")
             .bind(id)
@@ -715,7 +739,7 @@ impl Store {
         .bind(token.revoked_at)
         .bind(&token.issuer_key_id)
         .bind(&token.run_id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("insert token"))?;
         Ok(())
@@ -749,7 +773,7 @@ impl Store {
                 .bind(at)
                 .bind(sandbox_id)
                 .bind(token_id)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await
             }
             None => sqlx::query(
@@ -758,7 +782,7 @@ impl Store {
             )
             .bind(at)
             .bind(sandbox_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await,
         }
         .map_err(query_error("revoke tokens"))?;
@@ -798,7 +822,7 @@ impl Store {
                     .bind(at)
                     .bind(run_id)
                     .bind(token_id)
-                    .execute(&self.pool)
+                    .execute(&self.writer)
                     .await
                 }
                 None => sqlx::query(
@@ -806,7 +830,7 @@ impl Store {
                 )
                 .bind(at)
                 .bind(run_id)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await,
             }
             .map_err(query_error("revoke share tokens"))?;
@@ -817,7 +841,7 @@ impl Store {
     pub async fn purge_expired_tokens(&self, before: i64) -> Result<u64> {
         let done = sqlx::query("DELETE FROM tokens WHERE expires_at < $1")
             .bind(before)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("purge tokens"))?;
         Ok(done.rows_affected())

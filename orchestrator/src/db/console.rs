@@ -48,7 +48,7 @@ impl Store {
         .bind(session.created_at)
         .bind(session.expires_at)
         .bind(session.ended_at)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("insert console session"))?;
         Ok(())
@@ -88,7 +88,7 @@ impl Store {
         )
         .bind(at)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await
         .map_err(query_error("end console session"))?;
         Ok(done.rows_affected() > 0)
@@ -99,7 +99,7 @@ impl Store {
         let done =
             sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1 OR ended_at < $1")
                 .bind(before)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await
                 .map_err(query_error("purge console sessions"))?;
         Ok(done.rows_affected())

@@ -192,7 +192,7 @@ impl Store {
             .bind(run.created_at)
             .bind(run.updated_at)
             .bind(run.ended_at)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await;
         match done {
             Ok(_) => Ok(RunInsert::Created),
@@ -280,7 +280,7 @@ impl Store {
             .bind(i64::from(taken))
             .bind(id)
             .bind(lease_owner)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
         {
             Ok(done) => Ok(done.rows_affected() == 1),
@@ -334,7 +334,7 @@ impl Store {
         change: Option<&StatusChange>,
         checkpoint: Option<&str>,
     ) -> Result<Option<i64>> {
-        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
         let sql = format!(
             "UPDATE runs SET last_seq = last_seq + 1, updated_at = $1, \
              checkpoint = COALESCE($4, checkpoint) WHERE id = $2 AND \
@@ -425,7 +425,7 @@ impl Store {
             .bind(json)
             .bind(run_id)
             .bind(lease_owner)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("set checkpoint"))?;
         Ok(done.rows_affected() == 1)
@@ -467,7 +467,7 @@ impl Store {
             .bind(now)
             .bind(prefix_len)
             .bind(instance_prefix)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("acquire run lease"))?;
         Ok(done.rows_affected() == 1)
@@ -483,7 +483,7 @@ impl Store {
             .bind(until)
             .bind(run_id)
             .bind(owner)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(query_error("renew run lease"))?;
         Ok(done.rows_affected() == 1)
@@ -517,7 +517,7 @@ impl Store {
     /// Deletes an ended run with its events and artifact records, in one transaction; false
     /// when there is no such run or it has not ended.
     pub async fn delete_ended_run(&self, id: &str) -> Result<bool> {
-        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
         let deleted = sqlx::query("DELETE FROM runs WHERE id = $1 AND ended_at IS NOT NULL")
             .bind(id)
             .execute(&mut *tx)
@@ -595,7 +595,7 @@ impl Store {
 
     /// Records an artifact; replaces the row of the same name (a file saved again).
     pub async fn upsert_artifact(&self, artifact: &ArtifactRecord) -> Result<()> {
-        let mut tx = self.pool.begin().await.map_err(query_error("begin"))?;
+        let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
         sqlx::query("DELETE FROM run_artifacts WHERE run_id = $1 AND name = $2")
             .bind(&artifact.run_id)
             .bind(&artifact.name)
