@@ -7,6 +7,7 @@
 //! [`router`] is the other shared fixture: calls through a server's `Router` without a socket,
 //! for sandboxd's and the orchestrator's router tests.
 
+pub mod openapi_lint;
 pub mod router;
 pub mod snapshot;
 
@@ -42,6 +43,17 @@ pub fn docker(args: &[&str]) -> anyhow::Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// The container the orchestrator made for sandbox `sandbox_id` (found by its
+/// `agentbox.sandbox_id` label: sandbox containers have no names), running or not.
+pub fn sandbox_container(sandbox_id: &str) -> Option<String> {
+    let filter = format!("label=agentbox.sandbox_id={sandbox_id}");
+    docker(&["ps", "-aq", "--no-trunc", "--filter", &filter])
+        .ok()?
+        .lines()
+        .next()
+        .map(str::to_string)
 }
 
 /// A running sandbox container, removed on drop.

@@ -307,6 +307,7 @@ pub struct EventsQuery {
     /// Only events after this seq (`Last-Event-ID` wins when both are given).
     pub after_seq: Option<i64>,
     /// `sse` (default) or `json` (one page).
+    #[param(inline)]
     pub format: Option<EventsFormat>,
     /// Page size for `json` (1 to 1000, default 500).
     pub limit: Option<i64>,
@@ -319,7 +320,8 @@ pub struct EventsQuery {
     params(("id" = String, Path), EventsQuery,
         ("Last-Event-ID" = Option<String>, Header, description = "resume after this seq")),
     responses(
-        (status = 200, description = "`text/event-stream`, or with `format=json` one page", body = RunEventPage),
+        (status = 200, description = "Server-Sent Events (each event's data a `RunEvent`), or with \
+            `format=json` one page", content((String = "text/event-stream"), (RunEventPage = "application/json"))),
         (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,

@@ -12,3 +12,13 @@ fn the_committed_document_is_the_generated_one() -> anyhow::Result<()> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi/orchestrator.json");
     agentbox_tests::snapshot::check(&path, &json)
 }
+
+/// The document is sound as well as current: no reference to a schema that is not there, no
+/// parameter in the wrong place (`agentbox_tests::openapi_lint`).
+#[test]
+fn the_document_has_no_dangling_reference_or_misplaced_parameter() -> anyhow::Result<()> {
+    let document = serde_json::to_value(orchestrator::api::openapi_document())?;
+    let problems = agentbox_tests::openapi_lint::problems(&document);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}

@@ -258,6 +258,7 @@ pub struct WaitResult {
 
 /// `GET /v1/browser/page/html` query.
 #[derive(Debug, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct HtmlQuery {
     /// The whole document (true, default) or the body's inner HTML (false).
     pub outer: Option<bool>,
@@ -265,6 +266,7 @@ pub struct HtmlQuery {
 
 /// `GET /v1/browser/page/screenshot` query.
 #[derive(Debug, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ScreenshotQuery {
     /// The whole page instead of the viewport (default false).
     pub full_page: Option<bool>,

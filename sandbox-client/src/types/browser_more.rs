@@ -87,6 +87,7 @@ pub struct UploadFileRequest {
 
 /// `GET /v1/browser/page/console` query.
 #[derive(Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ConsoleQuery {
     /// Forget the messages after answering them.
     pub clear: Option<bool>,
@@ -131,6 +132,7 @@ pub struct ConsoleEntry {
 
 /// `GET /v1/browser/cookies` query.
 #[derive(Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CookiesQuery {
     /// Comma-separated URLs: only the cookies sent to one of them.
     pub urls: Option<String>,

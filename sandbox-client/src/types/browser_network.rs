@@ -78,6 +78,7 @@ pub struct RouteInfo {
 
 /// `GET /v1/browser/network/requests` query.
 #[derive(Debug, Default, Deserialize, Serialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct NetworkRequestsQuery {
     /// Keep requests whose URL contains this (case-insensitively), or whose resource type
     /// (`document`, `xhr`, `fetch`, `script`...) or method is this.

@@ -225,6 +225,7 @@ pub struct ShellCleanupResult {
 
 /// Query of `GET /v1/shell/ws`.
 #[derive(Debug, Deserialize, Serialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct TerminalQuery {
     /// Names the terminal (one open terminal per id); generated when absent.
     #[serde(default)]

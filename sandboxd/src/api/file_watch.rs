@@ -189,7 +189,8 @@ pub struct EventsQuery {
 #[utoipa::path(get, path = "/v1/file/watch/{watcher_id}/events", tag = "file-watch",
     params(("watcher_id" = String, Path, description = "From `create`"), EventsQuery),
     responses(
-        (status = 200, description = "an event stream (text/event-stream), or JSON", body = FileWatchPollResult),
+        (status = 200, description = "Server-Sent Events with `Accept: text/event-stream`, else JSON",
+            content((String = "text/event-stream"), (FileWatchPollResult = "application/json"))),
         (status = 404, description = "no such watcher", body = ErrorBody),
     ))]
 pub async fn events(

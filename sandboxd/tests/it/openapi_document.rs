@@ -28,3 +28,13 @@ fn the_document_is_built_on_workers_with_sandboxds_small_stacks() {
         .expect("the document");
     assert!(document["paths"]["/v1/shell/exec"].is_object());
 }
+
+/// The document is sound as well as current: no reference to a schema that is not there, no
+/// parameter in the wrong place (`agentbox_tests::openapi_lint`).
+#[test]
+fn the_document_has_no_dangling_reference_or_misplaced_parameter() -> anyhow::Result<()> {
+    let document = serde_json::to_value(sandboxd::api::openapi_document())?;
+    let problems = agentbox_tests::openapi_lint::problems(&document);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
