@@ -30,6 +30,16 @@ pub fn docker(args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
+/// The container of sandbox `sandbox_id`, found by its label (sandbox containers have no names).
+pub fn sandbox_container(sandbox_id: &str) -> anyhow::Result<String> {
+    let filter = format!("label=agentbox.sandbox_id={sandbox_id}");
+    docker(&["ps", "-aq", "--no-trunc", "--filter", &filter])?
+        .lines()
+        .next()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("no container for sandbox {sandbox_id}"))
+}
+
 /// Creates the benchmark network if it does not exist.
 pub fn ensure_network() -> anyhow::Result<()> {
     if docker(&["network", "inspect", NETWORK]).is_err() {
@@ -208,6 +218,23 @@ pub fn orchestrator_binary() -> String {
 
 /// The admin key of the orchestrators the benchmarks start.
 pub const ADMIN_KEY: &str = "bench-admin-key-0123456789abcdefghij";
+
+/// A value of the orchestrator's Prometheus text at `/metrics` (`-1` when it cannot be read).
+pub async fn metric(client: &reqwest::Client, server: &OrchestratorServer, name: &str) -> f64 {
+    let Ok(response) = client
+        .get(format!("{}/metrics", server.url))
+        .bearer_auth(ADMIN_KEY)
+        .send()
+        .await
+    else {
+        return -1.0;
+    };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(-1.0)
+}
 
 /// An orchestrator under test: the bench's own child, with its own instance, network and data
 /// directory; killed, waited for and cleaned up (containers, network, data) on drop.

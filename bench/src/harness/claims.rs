@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agentbox_bench::{
-    ADMIN_KEY, OrchestratorServer as Server, Stats, arg, docker, ensure_network,
+    ADMIN_KEY, OrchestratorServer as Server, Stats, arg, docker, ensure_network, metric,
     orchestrator_binary,
 };
 use anyhow::{Context, bail};
@@ -58,22 +58,6 @@ fn lean_image(image: &str) -> anyhow::Result<String> {
     Ok(tag)
 }
 
-async fn pool_ready(client: &reqwest::Client, server: &Server) -> f64 {
-    let Ok(response) = client
-        .get(format!("{}/metrics", server.url))
-        .bearer_auth(ADMIN_KEY)
-        .send()
-        .await
-    else {
-        return -1.0;
-    };
-    let text = response.text().await.unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("agentbox_pool_ready "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1.0)
-}
-
 /// One burst on `arm`: waits for a full pool, makes `count` claims `gap` apart, deletes them.
 async fn burst(
     client: &reqwest::Client,
@@ -83,7 +67,7 @@ async fn burst(
     gap: Duration,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
-    while pool_ready(client, &arm.server).await < pool as f64 {
+    while metric(client, &arm.server, "agentbox_pool_ready").await < pool as f64 {
         if Instant::now() > deadline {
             bail!("{}: the pool did not refill", arm.name);
         }

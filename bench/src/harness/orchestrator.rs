@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use agentbox_bench::{
     ADMIN_KEY, NETWORK, OrchestratorServer as Server, SANDBOX_LIMITS, Stats, arg, docker,
-    ensure_network, orchestrator_binary, parse_mib, print_header, print_row,
+    ensure_network, metric, orchestrator_binary, parse_mib, print_header, print_row,
 };
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -99,22 +99,6 @@ async fn floor_once(client: &reqwest::Client, image: &str) -> anyhow::Result<Dur
     Ok(took)
 }
 
-async fn metric(client: &reqwest::Client, server: &Server, name: &str) -> f64 {
-    let Ok(response) = client
-        .get(format!("{}/metrics", server.url))
-        .bearer_auth(ADMIN_KEY)
-        .send()
-        .await
-    else {
-        return -1.0;
-    };
-    let text = response.text().await.unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(-1.0)
-}
-
 pub async fn main() -> anyhow::Result<()> {
     let iterations: usize = arg("--iterations", 10);
     let claims: usize = arg("--claims", 20);
@@ -172,17 +156,23 @@ pub async fn main() -> anyhow::Result<()> {
         ids.push(result?.1);
     }
     tokio::time::sleep(Duration::from_secs(15)).await; // let start-up work settle
+    let containers = ids
+        .iter()
+        .map(|id| agentbox_bench::sandbox_container(id))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let stats = docker(&[
         "stats",
         "--no-stream",
+        "--no-trunc",
         "--format",
-        "{{.Name}}\t{{.MemUsage}}",
+        "{{.ID}}\t{{.MemUsage}}",
     ])?;
     let mut per_sandbox: Vec<f64> = stats
         .lines()
         .filter(|l| {
-            ids.iter()
-                .any(|id| l.starts_with(&format!("agentbox-{id}\t")))
+            containers
+                .iter()
+                .any(|container| l.starts_with(&format!("{container}\t")))
         })
         .filter_map(|l| parse_mib(l.split('\t').nth(1)?))
         .collect();
