@@ -603,6 +603,12 @@ impl Engine {
             program.spec.backoff_delay(program.failures)
         };
         program.state = ProgramState::Backoff;
+        tracing::info!(
+            program = %program.name,
+            failures = program.failures,
+            delay_ms = delay.as_millis() as u64,
+            "backing off before the next start"
+        );
         let generation = program.generation;
         self.after(index, delay, Event::BackoffDone { index, generation });
     }
