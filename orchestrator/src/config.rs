@@ -14,6 +14,9 @@ pub struct Limits {
     pub cpus: f64,
     pub pids: i64,
     pub shm_mib: u64,
+    /// The agent's home directory, MiB (the other places it may write are sized from it, see
+    /// `backend::docker`).
+    pub disk_mib: u64,
 }
 
 /// `orchestrator serve` flags.
@@ -77,6 +80,12 @@ pub struct ServeArgs {
     /// /dev/shm size per sandbox, MiB (Chromium needs more than Docker's 64).
     #[arg(long, env = "AGENTBOX_SANDBOX_SHM_MIB", default_value_t = 512)]
     pub shm_mib: u64,
+    /// Space for the agent's files per sandbox, MiB: its home directory holds at most this
+    /// much, /tmp a quarter of it. Every place an agent can write is a size-limited tmpfs (the
+    /// container's own layer is not writable to it), so files count against the sandbox's
+    /// memory limit and never reach the host's disk.
+    #[arg(long, env = "AGENTBOX_SANDBOX_DISK_MIB", default_value_t = 1024)]
+    pub disk_mib: u64,
     /// Sandboxes booting at the same time (0: one per CPU, at least 2). Further creates wait
     /// their turn: a desktop and a browser starting at once on every core would slow every
     /// start until sandboxd's own readiness limits give up.
@@ -212,6 +221,9 @@ impl ServeArgs {
         if self.memory_mib < 256 {
             return Err(invalid("memory-mib", "must be at least 256"));
         }
+        if self.disk_mib < 64 || self.disk_mib > 1024 * 1024 {
+            return Err(invalid("disk-mib", "must be between 64 and 1048576"));
+        }
         if self.pids < 64 {
             return Err(invalid("pids", "must be at least 64"));
         }
@@ -330,6 +342,7 @@ impl ServeArgs {
                 cpus: self.cpus,
                 pids: self.pids,
                 shm_mib: self.shm_mib,
+                disk_mib: self.disk_mib,
             },
             idle_timeout_secs: self.idle_timeout_secs,
             max_lifetime_secs: self.max_lifetime_secs,

@@ -29,7 +29,7 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Every route but `/healthz` needs it (`SANDBOX_API_KEY`, or the first line of the file
     /// named by `SANDBOX_API_KEY_FILE`, which is deleted once read so that no process in the
-    /// sandbox can find it later). A missing or empty key is a start-up error; `None` only with
+    /// sandbox can find it later; `-` reads the first line of standard input). A missing or empty key is a start-up error; `None` only with
     /// the explicit opt-out `SANDBOX_AUTH=none`.
     pub api_key: Option<String>,
     /// Shut down after this long without an API request (`SANDBOXD_IDLE_EXIT_SECS`).
@@ -92,7 +92,7 @@ pub struct VncSettings {
     /// (`SANDBOXD_VNC_PROGRAM`, default `x11vnc`).
     pub program: String,
     /// Where sandboxd writes the VNC server's passwords (one full-access, one view-only), fresh
-    /// at every start (`SANDBOXD_VNC_PASSWORD_FILE`, default `/run/agentbox/vnc-passwords`).
+    /// at every start (`SANDBOXD_VNC_PASSWORD_FILE`, default `/run/sandboxd/vnc-passwords`).
     pub password_file: PathBuf,
     /// noVNC's static files (`SANDBOXD_NOVNC_DIR`, default `/usr/share/novnc`).
     pub novnc_dir: PathBuf,
@@ -105,7 +105,7 @@ impl VncSettings {
                 .expect("default VNC address is a valid literal"),
             program: get("SANDBOXD_VNC_PROGRAM").unwrap_or_else(|| "x11vnc".into()),
             password_file: get("SANDBOXD_VNC_PASSWORD_FILE")
-                .unwrap_or_else(|| "/run/agentbox/vnc-passwords".into())
+                .unwrap_or_else(|| "/run/sandboxd/vnc-passwords".into())
                 .into(),
             novnc_dir: get("SANDBOXD_NOVNC_DIR")
                 .unwrap_or_else(|| "/usr/share/novnc".into())
@@ -367,11 +367,34 @@ impl Settings {
     }
 }
 
+/// `SANDBOX_API_KEY_FILE=-`: the key is the first line of standard input (how the
+/// orchestrator hands it over: written before start, so it is there at once).
+pub const KEY_FROM_STDIN: &str = "-";
+
+/// Reads the first line of standard input, then points standard input at `/dev/null`, so that
+/// no program started later inherits the stream it came on.
+fn read_key_from_stdin() -> std::io::Result<String> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let null = std::fs::File::open("/dev/null")?;
+    nix::unistd::dup2_stdin(null)?;
+    Ok(line.trim().to_string())
+}
+
 fn read_key_file(path: &str) -> Result<String, SettingsError> {
     let error = |message: String| SettingsError {
         name: "SANDBOX_API_KEY_FILE",
         message,
     };
+    if path == KEY_FROM_STDIN {
+        let key =
+            read_key_from_stdin().map_err(|e| error(format!("reading standard input: {e}")))?;
+        if key.is_empty() {
+            return Err(error("standard input held no key".into()));
+        }
+        return Ok(key);
+    }
     let text = std::fs::read_to_string(path).map_err(|e| error(format!("reading {path}: {e}")))?;
     let key = text.lines().next().unwrap_or("").trim().to_string();
     if key.is_empty() {

@@ -34,6 +34,7 @@ pub mod browser;
 pub mod config;
 pub mod desktop_session;
 pub mod files;
+pub mod home;
 pub mod hooks;
 pub mod jupyter;
 pub mod markdown;
@@ -110,6 +111,11 @@ pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow:
         Ok(bound) => bound.with_context(|| format!("binding the API to {}", settings.listen))?,
         Err(stopped) => return stopped_before_programs(stopped),
     };
+    // The home may be an empty tmpfs: its dotfiles and the workspace go back before anything
+    // runs there.
+    if let Err(error) = home::prepare(&settings.home_dir, &settings.workspace) {
+        tracing::warn!(home = %settings.home_dir.display(), %error, "cannot prepare the home directory");
+    }
     // The VNC server reads its passwords when it starts: write them before any program starts.
     let vnc_passwords = vnc::VncPasswords::generate();
     if let Err(error) = vnc_passwords.write(&settings.vnc.password_file) {

@@ -192,7 +192,7 @@ fn direct(server: &OrchestratorServer, sandbox: &str) -> anyhow::Result<(String,
         "inspect",
         "-f",
         "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-        &format!("agentbox-{sandbox}"),
+        &agentbox_bench::sandbox_container(sandbox)?,
     ])?;
     let keyring = Keyring::load_or_create(&server.data_dir().join("master.key"))?;
     Ok((

@@ -4,9 +4,18 @@
 //! memory, CPU, pids and shm limits; all capabilities dropped (sandboxd and everything it starts
 //! run as the unprivileged `agent` and need none); `no-new-privileges`; no published ports (the
 //! orchestrator reaches sandboxd at the container's address); no Docker socket; `auto_remove`,
-//! so a sandbox whose dead-man switch fired disappears by itself. The per-sandbox key is copied
-//! in as a file (uid 1000, mode 0400) before start, never put in the environment, where
-//! `docker inspect` would show it.
+//! so a sandbox whose dead-man switch fired disappears by itself. The per-sandbox key is handed
+//! over on the container's standard input before start, never put in the environment, where
+//! `docker inspect` would show it, nor in a file.
+//!
+//! Disk: the container's own layer holds the image and the key file, and nothing the agent can
+//! write. Every directory `agent` may write to in the image is covered by a size-limited tmpfs
+//! ([`writable_mounts`]): the home directory (`--disk-mib`), /tmp (a quarter of it), /var/tmp,
+//! /run/lock, sandboxd's logs and its runtime folder. tmpfs pages are charged to the memory cgroup of the
+//! process that writes them, so an agent's files also count against the sandbox's memory limit
+//! and never reach the host's disk (fuse-overlayfs, the storage driver this was built on, has
+//! no size option for a writable layer). The image's own test checks that nothing else on the
+//! root filesystem is writable to `agent`.
 //!
 //! The network is a bridge with inter-container traffic disabled
 //! (`com.docker.network.bridge.enable_icc=false`): sandboxes cannot reach each other. Its bridge
@@ -21,14 +30,14 @@ use std::collections::HashMap;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 
 use super::egress::{EgressPolicy, EgressRules};
 use super::{
-    Backend, BackendError, ContainerInfo, ContainerSpec, KEY_FILE, KEY_FILE_DIR, LABEL_INSTANCE,
+    Backend, BackendError, ContainerInfo, ContainerSpec, KEY_FROM_STDIN, LABEL_INSTANCE,
     LABEL_MANAGED, LABEL_SANDBOX_ID, Started,
 };
 
@@ -107,10 +116,6 @@ impl DockerBackend {
         Ok(format!("br-{}", id.chars().take(12).collect::<String>()))
     }
 
-    fn name(&self, sandbox_id: &str) -> String {
-        format!("agentbox-{sandbox_id}")
-    }
-
     fn labels(&self, sandbox_id: &str) -> HashMap<String, String> {
         HashMap::from([
             (LABEL_MANAGED.to_string(), "true".to_string()),
@@ -121,12 +126,16 @@ impl DockerBackend {
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<String, BackendError> {
         let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        env.push(format!("SANDBOX_API_KEY_FILE={KEY_FILE}"));
+        env.push(format!("SANDBOX_API_KEY_FILE={KEY_FROM_STDIN}"));
         let limits = &spec.limits;
         let memory = (limits.memory_mib * 1024 * 1024) as i64;
         let config = ContainerCreateBody {
             image: Some(spec.image.clone()),
             env: Some(env),
+            // The key arrives on standard input (see `hand_over_key`).
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            attach_stdin: Some(true),
             labels: Some(self.labels(&spec.sandbox_id)),
             host_config: Some(HostConfig {
                 memory: Some(memory),
@@ -134,6 +143,7 @@ impl DockerBackend {
                 nano_cpus: Some((limits.cpus * 1e9) as i64),
                 pids_limit: Some(limits.pids),
                 shm_size: Some((limits.shm_mib * 1024 * 1024) as i64),
+                tmpfs: Some(writable_mounts(limits.disk_mib)),
                 cap_drop: Some(vec!["ALL".to_string()]),
                 security_opt: Some(vec!["no-new-privileges".to_string()]),
                 network_mode: Some(self.network.clone()),
@@ -143,12 +153,17 @@ impl DockerBackend {
             }),
             ..Default::default()
         };
-        let options = CreateContainerOptionsBuilder::default()
-            .name(&self.name(&spec.sandbox_id))
-            .build();
+        // No name: Docker's resolver on a user-defined network answers for a container only
+        // under its name and aliases, and a container created without a name (and given no
+        // alias) has neither, forward or reverse. A sandbox looking up another's address
+        // learns nothing (attack review, issue 28: reverse DNS named other sandboxes). The
+        // orchestrator knows its containers by id and by label.
         let created = self
             .docker
-            .create_container(Some(options), config)
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                config,
+            )
             .await
             .map_err(|error| match &error {
                 e if is_not_found(e) => BackendError::ImageMissing(spec.image.clone()),
@@ -159,17 +174,7 @@ impl DockerBackend {
             })?;
         let id = created.id;
         let result = async {
-            let archive = key_archive(&spec.api_key).map_err(|e| BackendError::Failed {
-                step: "packing the key file",
-                message: e.to_string(),
-            })?;
-            let options = UploadToContainerOptionsBuilder::default()
-                .path(KEY_FILE_DIR)
-                .build();
-            self.docker
-                .upload_to_container(&id, Some(options), bollard::body_full(archive.into()))
-                .await
-                .map_err(failed("copying the key file into the container"))?;
+            self.hand_over_key(&id, &spec.api_key).await?;
             self.docker
                 .start_container(&id, None)
                 .await
@@ -181,6 +186,36 @@ impl DockerBackend {
             return Err(error);
         }
         Ok(id)
+    }
+
+    /// Writes the key as the first line of the created container's standard input, then
+    /// closes it: the container was created with `OpenStdin` and `StdinOnce`, so the line
+    /// waits in the attach stream until sandboxd reads it at start (`SANDBOX_API_KEY_FILE=-`),
+    /// and the stream ends after it. The key never touches a file, the environment (which
+    /// `docker inspect` and every process of the sandbox could read) or the container's layer.
+    async fn hand_over_key(&self, id: &str, key: &str) -> Result<(), BackendError> {
+        use tokio::io::AsyncWriteExt;
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stream(true)
+            .build();
+        let mut attached = self
+            .docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(failed("attaching to the container's input"))?;
+        let write = async {
+            attached
+                .input
+                .write_all(format!("{key}\n").as_bytes())
+                .await?;
+            attached.input.flush().await?;
+            attached.input.shutdown().await
+        };
+        write.await.map_err(|e| BackendError::Failed {
+            step: "handing the key to the container",
+            message: e.to_string(),
+        })
     }
 
     /// Creates the sandbox network unless it exists (idempotent; tolerant of a concurrent
@@ -225,19 +260,26 @@ impl DockerBackend {
     }
 }
 
-/// A tar archive holding `api-key` (uid/gid 1000, mode 0400).
-fn key_archive(key: &str) -> std::io::Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
-    let mut header = tar::Header::new_gnu();
-    header.set_size(key.len() as u64 + 1);
-    header.set_mode(0o400);
-    header.set_uid(1000);
-    header.set_gid(1000);
-    header.set_mtime(0);
-    header.set_entry_type(tar::EntryType::Regular);
-    let content = format!("{key}\n");
-    builder.append_data(&mut header, "api-key", content.as_bytes())?;
-    builder.into_inner()
+/// The places `agent` can write in the sandbox image, each a tmpfs of bounded size (MiB) and
+/// inode count, owned by `agent` (uid 1000). The home directory starts empty: sandboxd puts the
+/// shell's dotfiles and the workspace folder back (`sandboxd::home`).
+fn writable_mounts(disk_mib: u64) -> HashMap<String, String> {
+    let tmpfs = |size_mib: u64, mode: &str| {
+        // About one inode per 4 KiB: a tree of small files (node_modules, a Python package)
+        // runs out of space before it runs out of inodes, and inodes are memory too.
+        let inodes = (size_mib * 256).max(4096);
+        format!("rw,nosuid,nodev,size={size_mib}m,nr_inodes={inodes},uid=1000,gid=1000,mode={mode}")
+    };
+    HashMap::from([
+        ("/home/agent".to_string(), tmpfs(disk_mib, "0755")),
+        ("/tmp".to_string(), tmpfs((disk_mib / 4).max(64), "1777")),
+        ("/var/tmp".to_string(), tmpfs(64, "1777")),
+        // sandboxd rotates each program's log at 5 MiB, keeping 3: about 20 MiB a program.
+        ("/var/log/agentbox".to_string(), tmpfs(256, "0755")),
+        ("/run/sandboxd".to_string(), tmpfs(4, "0700")),
+        // Debian's lock folder (also /var/lock), writable to everyone.
+        ("/run/lock".to_string(), tmpfs(1, "1777")),
+    ])
 }
 
 #[async_trait::async_trait]
@@ -412,16 +454,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_key_archive_holds_one_private_file_for_the_agent() {
-        let archive = key_archive("secret").unwrap();
-        let mut reader = tar::Archive::new(archive.as_slice());
-        let entries: Vec<_> = reader.entries().unwrap().map(|e| e.unwrap()).collect();
-        assert_eq!(entries.len(), 1);
-        let header = entries[0].header();
-        assert_eq!(header.path().unwrap().to_str(), Some("api-key"));
-        assert_eq!(header.mode().unwrap(), 0o400);
-        assert_eq!(header.uid().unwrap(), 1000);
-        assert_eq!(header.gid().unwrap(), 1000);
-        assert_eq!(header.size().unwrap(), 7);
+    fn every_writable_place_is_a_bounded_tmpfs_owned_by_the_agent() {
+        let mounts = writable_mounts(2048);
+        for path in [
+            "/home/agent",
+            "/tmp",
+            "/var/tmp",
+            "/var/log/agentbox",
+            "/run/sandboxd",
+        ] {
+            let options = mounts
+                .get(path)
+                .unwrap_or_else(|| panic!("{path} is not mounted"));
+            for part in [
+                "size=",
+                "nr_inodes=",
+                "uid=1000",
+                "gid=1000",
+                "nosuid",
+                "nodev",
+            ] {
+                assert!(options.contains(part), "{path}: {options}");
+            }
+        }
+        assert!(mounts["/home/agent"].contains("size=2048m"));
+        assert!(mounts["/tmp"].contains("size=512m"));
+        assert!(writable_mounts(64)["/tmp"].contains("size=64m"));
     }
 }

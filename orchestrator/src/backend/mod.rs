@@ -17,9 +17,9 @@ pub const LABEL_MANAGED: &str = "agentbox.managed";
 pub const LABEL_SANDBOX_ID: &str = "agentbox.sandbox_id";
 pub const LABEL_INSTANCE: &str = "agentbox.instance";
 
-/// Where sandboxd reads its key from (a file it deletes after reading).
-pub const KEY_FILE_DIR: &str = "/run/agentbox";
-pub const KEY_FILE: &str = "/run/agentbox/api-key";
+/// `SANDBOX_API_KEY_FILE` telling sandboxd to read its key from the first line of its standard
+/// input (where the Docker backend writes it before start).
+pub const KEY_FROM_STDIN: &str = "-";
 
 /// sandboxd's port inside the sandbox: the only one the orchestrator talks to (the API, CDP at
 /// `/cdp` and the remote desktop at `/vnc/websockify`, all behind the sandbox's own key).

@@ -1163,8 +1163,25 @@ async fn finding_8_sandboxes_reach_the_internet_but_not_the_host_or_private_netw
     }
     // Another sandbox is not reachable either.
     let other = public.create(json!({})).await?;
-    let other_ip = container_ip(other["id"].as_str().unwrap())?;
+    let other_id = other["id"].as_str().context("id")?;
+    let other_ip = container_ip(other_id)?;
     assert!(!reaches(&id, &format!("http://{other_ip}:8080/healthz")));
+    // Nor named (attack review, issue 28: reverse DNS in a sandbox named other sandboxes):
+    // its sandbox id is in no record, by address or by the name it used to have. (Docker still
+    // answers a reverse lookup with the container's short id, an alias it gives every container
+    // on a user-defined network; SECURITY.md says so.)
+    let lookups = docker(&[
+        "exec",
+        &container_name(&id),
+        "sh",
+        "-c",
+        &format!("getent hosts {other_ip}; getent hosts agentbox-{other_id}; echo looked up"),
+    ])?;
+    assert!(
+        !lookups.contains(other_id),
+        "another sandbox is named in DNS: {lookups}"
+    );
+    assert!(lookups.ends_with("looked up"), "{lookups}");
     // The orchestrator itself still reaches its sandboxes.
     let (status, _) = public
         .get(&format!("/v1/sandboxes/{id}/api/readyz"))

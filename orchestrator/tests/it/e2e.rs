@@ -17,9 +17,58 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
+/// `--disk-mib` of [`create_list_proxy_timeout_and_delete`]: its home holds this much, its /tmp 64.
+const DISK_MIB: u64 = 96;
+
+/// What an agent writes cannot reach the host's disk (attack review, issue 28: 2 GiB written in a
+/// sandbox took the host from 20 to 22 GB): nothing on the container's own layer is writable to
+/// `agent`, and the places it can write are full at their limits.
+fn assert_disk_is_bounded(
+    id: &str,
+    exec: &dyn Fn(&str) -> anyhow::Result<String>,
+) -> anyhow::Result<()> {
+    // Every path `agent` may write on the root filesystem (other filesystems, the tmpfs mounts
+    // and /proc among them, have other device numbers).
+    let writable = exec(
+        "root=$(stat -c %d /); find / -xdev -writable ! -type l -printf '%D %p\\n' 2>/dev/null \
+         | awk -v root=\"$root\" '$1 == root { print $2 }'",
+    )?;
+    assert_eq!(
+        writable, "",
+        "writable to the agent on the container's layer"
+    );
+    for (dir, limit_mib) in [("/home/agent", DISK_MIB), ("/tmp", 64)] {
+        let filled = exec(&format!(
+            "dd if=/dev/zero of={dir}/fill bs=1M count={} 2>&1; echo \"exit $?\"; \
+             du -m {dir}/fill | cut -f1; rm -f {dir}/fill",
+            limit_mib + 64
+        ))?;
+        assert!(
+            filled.contains("No space left on device") && filled.contains("exit 1"),
+            "{dir}: {filled}"
+        );
+        let written: u64 = filled
+            .lines()
+            .last()
+            .and_then(|line| line.trim().parse().ok())
+            .with_context(|| format!("du's answer in {filled:?}"))?;
+        assert!(written <= limit_mib, "{dir} took {written} MiB: {filled}");
+    }
+    let sized: Value = serde_json::from_str(&docker(&["inspect", "--size", &container_name(id)])?)?;
+    let layer = sized[0]["SizeRw"].as_i64().unwrap_or(0);
+    assert!(
+        layer < 1024 * 1024,
+        "the container's layer holds {layer} bytes"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
-    let orchestrator = Orchestrator::start(Options::default())?;
+    let orchestrator = Orchestrator::start(Options {
+        extra_args: vec!["--disk-mib".into(), DISK_MIB.to_string()],
+        ..Options::default()
+    })?;
     let sandbox = orchestrator
         .create(json!({"metadata": {"team": "red", "run": "1"}, "idle_timeout_secs": 300, "resolution": "1024x768"}))
         .await?;
@@ -63,27 +112,24 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
             .is_none_or(|p| p.is_empty())
     );
     let env = c["Config"]["Env"].to_string();
-    assert!(
-        env.contains("SANDBOX_API_KEY_FILE=/run/agentbox/api-key"),
-        "{env}"
-    );
+    assert!(env.contains("SANDBOX_API_KEY_FILE=-"), "{env}");
     assert!(env.contains("SANDBOXD_IDLE_EXIT_SECS="), "{env}");
     assert!(
         !env.contains("sbk_"),
         "the key is not in the environment: {env}"
     );
     assert!(!c["HostConfig"]["Binds"].to_string().contains("docker.sock"));
+    let exec = |script: &str| docker(&["exec", &container_name(&id), "sh", "-c", script]);
+    // Read from the host: sandboxd is not dumpable, so nobody in the sandbox may look at its fds.
+    let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &container_name(&id)])?;
+    let stdin = std::fs::read_link(format!("/proc/{pid}/fd/0"))
+        .with_context(|| format!("sandboxd's standard input (pid {pid} on this host)"))?;
     assert_eq!(
-        docker(&[
-            "exec",
-            &container_name(&id),
-            "sh",
-            "-c",
-            "ls -A /run/agentbox"
-        ])?,
-        "vnc-passwords",
-        "sandboxd deleted the key file (only the VNC server's passwords are there)"
+        stdin,
+        std::path::Path::new("/dev/null"),
+        "the stream the key came on is gone from sandboxd's standard input"
     );
+    assert_disk_is_bounded(&id, &exec)?;
     let network: Value =
         serde_json::from_str(&docker(&["network", "inspect", &orchestrator.network])?)?;
     assert_eq!(

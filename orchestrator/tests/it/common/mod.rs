@@ -330,9 +330,11 @@ pub fn remove_egress_rules(network: &str) {
     }
 }
 
-/// The container name of a sandbox.
+/// The container of a sandbox, found by its label (sandbox containers have no names, so that
+/// Docker's resolver has no record of them): its id, or a name no container has when there is
+/// none, so that a docker command on it fails saying so.
 pub fn container_name(id: &str) -> String {
-    format!("agentbox-{id}")
+    agentbox_tests::sandbox_container(id).unwrap_or_else(|| format!("no-container-for-{id}"))
 }
 
 /// Whether a sandbox's container exists.

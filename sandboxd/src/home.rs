@@ -1,0 +1,80 @@
+//! The agent's home directory at start: the orchestrator mounts an empty, size-limited tmpfs
+//! over it (so that nothing an agent writes reaches the host's disk), which hides what the image
+//! put there. [`prepare`] puts back what a login would have: what `/etc/skel` holds (the shell's
+//! dotfiles, the user site folder of Python) and the workspace folder. It never overwrites a file that is there, so a home
+//! that was not replaced (a sandbox started by hand with `docker run`) is left as it is.
+
+use std::io;
+use std::path::Path;
+
+/// Where `useradd --create-home` copied the home's first files from.
+const SKELETON: &str = "/etc/skel";
+
+/// Copies what of `skeleton` is missing from `home` (files and folders; never over anything
+/// that is there) and creates `workspace` with its parents.
+pub fn prepare(home: &Path, workspace: &Path) -> io::Result<()> {
+    prepare_from(Path::new(SKELETON), home, workspace)
+}
+
+fn prepare_from(skeleton: &Path, home: &Path, workspace: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(home)?;
+    match copy_missing(skeleton, home, 0) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        other => other?,
+    }
+    std::fs::create_dir_all(workspace)
+}
+
+/// How deep the skeleton's folders go at most (it holds dotfiles and a user site folder).
+const MAX_DEPTH: usize = 8;
+
+fn copy_missing(from: &Path, to: &Path, depth: usize) -> io::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() && depth < MAX_DEPTH {
+            if target.symlink_metadata().is_err() {
+                std::fs::create_dir(&target)?;
+            }
+            if target.is_dir() {
+                copy_missing(&entry.path(), &target, depth + 1)?;
+            }
+        } else if kind.is_file() && target.symlink_metadata().is_err() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_home_gets_the_dotfiles_and_the_workspace_and_a_full_one_keeps_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let skeleton = dir.path().join("skel");
+        std::fs::create_dir(&skeleton).unwrap();
+        std::fs::write(skeleton.join(".bashrc"), "skeleton bashrc").unwrap();
+        std::fs::write(skeleton.join(".profile"), "skeleton profile").unwrap();
+        std::fs::create_dir_all(skeleton.join(".local/lib/site-packages")).unwrap();
+        let home = dir.path().join("home");
+        let workspace = home.join("workspace");
+
+        prepare_from(&skeleton, &home, &workspace).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+            "skeleton bashrc"
+        );
+        assert!(workspace.is_dir());
+        assert!(home.join(".local/lib/site-packages").is_dir());
+
+        std::fs::write(home.join(".bashrc"), "the agent's own").unwrap();
+        prepare_from(&skeleton, &home, &workspace).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(home.join(".bashrc")).unwrap(),
+            "the agent's own"
+        );
+    }
+}
