@@ -41,6 +41,7 @@ rsync_like() { # copy $1 to $2 only if the content differs, keeping mtimes stabl
 }
 rsync_like "$root/images/sandbox/Dockerfile" "$context/Dockerfile"
 rsync_like "$root/images/sandbox/packages.txt" "$context/packages.txt"
+rsync_like "$root/images/sandbox/python-packages.txt" "$context/python-packages.txt"
 rsync_like "$target/release/sandboxd" "$context/sandboxd"
 # Everything else the image adds goes into one tree copied in one layer: the files of
 # images/sandbox/rootfs, xterm.js for the terminal page (/terminal; see images/xterm/fetch.sh)

@@ -10,11 +10,12 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 packages_file="$here/../sandbox/packages.txt"
+python_packages_file="$here/../sandbox/python-packages.txt"
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security_mirror=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 suite=bookworm
 
-hash=$(cat "$packages_file" "$0" | sha256sum | cut -c1-16)
+hash=$(cat "$packages_file" "$python_packages_file" "$0" | sha256sum | cut -c1-16)
 image="agentbox/sandbox-base:$hash"
 
 log() { printf '[build-base] %s\n' "$*" >&2; }
@@ -79,6 +80,21 @@ chroot "$rootfs" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get update -q >
 # shellcheck disable=SC2086 # word splitting of the package list is intended
 chroot "$rootfs" /usr/bin/env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $packages >&2
 chroot "$rootfs" apt-get clean
+python_packages=$(grep -v -E '^\s*(#|$)' "$python_packages_file" | tr '\n' ' ')
+if [ -n "$python_packages" ]; then
+  # Fetched by this host's pip (its index, proxy and certificates are the ones that work here),
+  # installed by the image's pip from the files alone: into /usr/local (Debian's pip never
+  # touches /usr/lib/python3/dist-packages). Their dependencies are Debian packages of
+  # packages.txt, hence --no-deps.
+  log "fetching from PyPI: $python_packages"
+  mkdir -p "$rootfs/tmp/agentbox-wheels"
+  # shellcheck disable=SC2086 # word splitting of the package list is intended
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    -d "$rootfs/tmp/agentbox-wheels" $python_packages >&2
+  chroot "$rootfs" /bin/sh -c 'python3 -m pip install --no-cache-dir --no-index --no-deps \
+    --break-system-packages --root-user-action=ignore /tmp/agentbox-wheels/*.whl' >&2
+  rm -rf "$rootfs/tmp/agentbox-wheels"
+fi
 umount -l "$rootfs/proc"
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/tmp/* \
   "$rootfs"/var/log/apt/* "$rootfs"/var/log/dpkg.log

@@ -3,7 +3,9 @@ own SDK, unchanged, against sandboxd in the image: real IPython kernels and a re
 method parses into the SDK's typed models and has its effect."""
 
 import base64
+import io
 import time
+import zipfile
 
 import pytest
 from agent_sandbox.core.api_error import ApiError
@@ -45,6 +47,104 @@ def test_readme_example_runs_unchanged(client):
     answer = client.jupyter.execute_code(code="print('Hello from Jupyter')")
     assert isinstance(answer, ResponseJupyterExecuteResponse)
     assert answer.data.outputs[0].text == "Hello from Jupyter\n"
+
+
+def test_readme_site_to_markdown_example_runs_unchanged(client, sandbox):
+    """AIO's README example that turns a page into Markdown: the browser loads the page over
+    CDP, a Jupyter cell converts it with ``markdownify`` (in the image, as in AIO's), bash and
+    the file API check the result. Only the page differs: no internet here, so it is a file."""
+    from playwright.sync_api import sync_playwright
+
+    home_dir = client.sandbox.get_context().home_dir
+    client.file.write_file(
+        file=f"{home_dir}/page.html",
+        content="<html><body><h1>Agentbox</h1><p>A <b>computer</b> for agents.</p></body></html>",
+    )
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(sandbox.cdp_url, headers=sandbox.headers())
+        page = browser.contexts[0].new_page()
+        page.goto(f"file://{home_dir}/page.html", wait_until="networkidle")
+        html = page.content()
+        screenshot_b64 = base64.b64encode(page.screenshot()).decode("utf-8")
+        page.close()
+        browser.close()
+
+    answer = client.jupyter.execute_code(
+        code=f"""
+from markdownify import markdownify
+html = '''{html}'''
+screenshot_b64 = "{screenshot_b64}"
+
+md = f"{{markdownify(html)}}\\n\\n![Screenshot](data:image/png;base64,{{screenshot_b64}})"
+
+with open('{home_dir}/site.md', 'w') as f:
+    f.write(md)
+
+print("Done!")
+"""
+    )
+    assert answer.data.status == "ok", answer.data.outputs
+    assert answer.data.outputs[0].text == "Done!\n"
+    listed = client.shell.exec_command(command=f"ls -lh {home_dir}/site.md")
+    assert "site.md" in listed.data.output
+    content = client.file.read_file(file=f"{home_dir}/site.md").data.content
+    assert "Agentbox\n========" in content, content[:200]
+    assert "A **computer** for agents." in content, content[:200]
+    assert "![Screenshot](data:image/png;base64,iVBORw0KGgo" in content
+
+
+def test_the_python_an_agent_expects_is_there(client):
+    """What AIO's documentation and examples import, in the Jupyter kernel and in a shell."""
+    modules = "markdownify, requests, pandas, numpy, matplotlib, bs4, lxml, openpyxl, PIL, yaml"
+    code = f"import {modules}\nimport matplotlib.pyplot as plt\nprint(pandas.DataFrame({{'a': [1, 2]}}).a.sum())"
+    answer = client.jupyter.execute_code(code=code).data
+    assert answer.status == "ok", answer.outputs
+    assert answer.outputs[0].text == "3\n"
+    shell = client.shell.exec_command(command=f"python3 -c 'import {modules}; print(\"ok\")'").data
+    assert shell.output.strip() == "ok", shell.output
+    version = client.shell.exec_command(command="pdftotext -v 2>&1 | head -1").data.output
+    assert version.startswith("pdftotext version"), version
+
+
+def a_wheel(name: str, version: str, module_text: str) -> bytes:
+    """A minimal pure-Python wheel: the module and the metadata pip reads."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": module_text,
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: agentbox-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{dist}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{dist}/RECORD"])
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return buffer.getvalue()
+
+
+def test_pip_installs_for_the_agent_and_a_running_kernel_imports_it(client):
+    """``pip install`` as the agent works (no PEP 668 refusal, no root) and goes into the agent's
+    own site; a kernel started before the install imports the package without a restart."""
+    client.jupyter.create_session(session_id="before-pip", kernel_name="python3")
+    client.jupyter.execute_code(code="x = 41", session_id="before-pip")
+    home_dir = client.sandbox.get_context().home_dir
+    wheel = "/tmp/agentboxprobe-1.0-py3-none-any.whl"
+    client.file.write_file(
+        file=wheel,
+        content=base64.b64encode(a_wheel("agentboxprobe", "1.0", "ANSWER = 42\n")).decode(),
+        encoding="base64",
+    )
+    installed = client.shell.exec_command(command=f"pip install --no-index {wheel} 2>&1; echo exit=$?").data
+    assert "exit=0" in installed.output, installed.output
+    assert "Successfully installed agentboxprobe-1.0" in installed.output, installed.output
+    where = client.shell.exec_command(command="python3 -c 'import agentboxprobe; print(agentboxprobe.__file__)'")
+    assert where.data.output.strip().startswith(f"{home_dir}/.local/lib/python3"), where.data.output
+    answer = client.jupyter.execute_code(
+        code="import agentboxprobe\nprint(agentboxprobe.ANSWER, x + 1)", session_id="before-pip"
+    ).data
+    assert answer.status == "ok", answer.outputs
+    assert answer.outputs[0].text == "42 42\n"
+    client.shell.exec_command(command="pip uninstall -y agentboxprobe")
 
 
 def test_jupyter_state_persists_and_outputs_are_rich(client):
