@@ -320,7 +320,8 @@ pub async fn markdown(
 /// A screenshot of the active tab (the viewport, or the whole page), as raw image bytes.
 #[utoipa::path(get, path = "/v1/browser/page/screenshot", tag = "browser-page", params(ScreenshotQuery),
     responses(
-        (status = 200, description = "the image", content_type = "image/png"),
+        (status = 200, description = "the image: PNG, or JPEG with `format=jpeg`",
+            content(("image/png"), ("image/jpeg"))),
         (status = 422, description = "a bad format or quality", body = ErrorBody),
     ))]
 pub async fn screenshot(

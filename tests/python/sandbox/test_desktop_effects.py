@@ -119,9 +119,9 @@ def test_a_drag_along_a_path_draws_that_path(sandbox, page):
     corners = [(50, 250), (250, 40), (450, 250), (50, 250)]
     path = []
     for (x0, y0), (x1, y1) in zip(corners, corners[1:]):
-        # The pointer lingers at each corner (100 ms, moving by a pixel and back): see below.
-        for wiggle in range(5):
-            path.append([ox + 201 + x0 + wiggle % 2, oy + 401 + y0])
+        # The pointer rests at each corner for 100 ms (the same point five times): see below.
+        for _ in range(5):
+            path.append([ox + 201 + x0, oy + 401 + y0])
         for step in range(1, 10):
             t = step / 10
             path.append([ox + 201 + x0 + (x1 - x0) * t, oy + 401 + y0 + (y1 - y0) * t])
@@ -131,7 +131,7 @@ def test_a_drag_along_a_path_draws_that_path(sandbox, page):
     # thread is busy, so the page may see fewer moves than points: what must hold is that the
     # stroke follows the path. 20 ms per point keeps merging rare on a loaded machine; a merge
     # across a corner cut it (seen once in a CI run with a build beside it), so the pointer
-    # lingers at the corners, and whatever merges there still ends at the corner.
+    # rests at the corners: motions merged there end at the corner, which Chromium then reports.
     action(sandbox, action_type="DRAG_PATH", path=path, step_ms=20)
     page.wait_for_function("() => window.drag.up >= 1")
     drag = page.evaluate("() => window.drag")
