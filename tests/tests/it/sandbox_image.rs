@@ -652,10 +652,13 @@ async fn a_stop_at_any_moment_of_start_up_is_an_orderly_exit_0() {
             "stop {what} took {took:?}; log:\n{lines}"
         );
         let programs_started = lines.matches("\"message\":\"started\"").count();
-        let programs_stopped = lines.matches("\"message\":\"stopped\"").count();
+        // Each start ends in an orderly stop or in an exit of the program's own (a CI run saw
+        // openbox fail to open the display once and wait in backoff when the stop came).
+        let programs_ended = lines.matches("\"message\":\"stopped\"").count()
+            + lines.matches("\"message\":\"exited unexpectedly\"").count();
         // Whatever had started was stopped in order, not left to the kernel's SIGKILL.
         assert_eq!(
-            programs_started, programs_stopped,
+            programs_started, programs_ended,
             "stop {what}; log:\n{lines}"
         );
         eprintln!("stop {what}: exit 0 in {took:?} ({programs_started} programs had started)");
