@@ -219,6 +219,27 @@ pub fn orchestrator_binary() -> String {
 /// The admin key of the orchestrators the benchmarks start.
 pub const ADMIN_KEY: &str = "bench-admin-key-0123456789abcdefghij";
 
+/// `POST /v1/sandboxes` with an empty body as the admin: how long the answer took and the id.
+pub async fn create_sandbox(
+    client: &reqwest::Client,
+    server: &OrchestratorServer,
+) -> anyhow::Result<(Duration, String)> {
+    let started = std::time::Instant::now();
+    let response = client
+        .post(format!("{}/v1/sandboxes", server.url))
+        .bearer_auth(ADMIN_KEY)
+        .json(&serde_json::json!({}))
+        .send()
+        .await?;
+    let took = started.elapsed();
+    let status = response.status();
+    let body: Value = response.json().await?;
+    if status != 201 {
+        bail!("create answered {status}: {body}");
+    }
+    Ok((took, body["id"].as_str().context("id")?.to_string()))
+}
+
 /// A value of the orchestrator's Prometheus text at `/metrics` (`-1` when it cannot be read).
 pub async fn metric(client: &reqwest::Client, server: &OrchestratorServer, name: &str) -> f64 {
     let Ok(response) = client

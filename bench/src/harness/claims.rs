@@ -23,7 +23,7 @@ use agentbox_bench::{
     orchestrator_binary,
 };
 use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Where sandboxd reads its programs in the image.
 const PROGRAMS_FILE: &str = "/etc/sandboxd/programs.toml";
@@ -75,21 +75,11 @@ async fn burst(
     }
     let mut ids = Vec::new();
     for _ in 0..count {
-        let started = Instant::now();
-        let response = client
-            .post(format!("{}/v1/sandboxes", arm.server.url))
-            .bearer_auth(ADMIN_KEY)
-            .json(&json!({}))
-            .send()
-            .await?;
-        let took = started.elapsed();
-        let status = response.status();
-        let body: Value = response.json().await?;
-        if status != 201 {
-            bail!("{}: create answered {status}: {body}", arm.name);
-        }
+        let (took, id) = agentbox_bench::create_sandbox(client, &arm.server)
+            .await
+            .with_context(|| arm.name.to_string())?;
         arm.latencies.push(took);
-        ids.push(body["id"].as_str().context("id")?.to_string());
+        ids.push(id);
         tokio::time::sleep(gap).await;
     }
     let deletes = ids.iter().map(|id| {

@@ -20,26 +20,12 @@ use agentbox_bench::{
     ADMIN_KEY, NETWORK, OrchestratorServer as Server, SANDBOX_LIMITS, Stats, arg, docker,
     ensure_network, metric, orchestrator_binary, parse_mib, print_header, print_row,
 };
-use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use anyhow::bail;
 
 const FLOOR_IP: &str = "172.31.250.11";
 
 async fn create(client: &reqwest::Client, server: &Server) -> anyhow::Result<(Duration, String)> {
-    let started = Instant::now();
-    let response = client
-        .post(format!("{}/v1/sandboxes", server.url))
-        .bearer_auth(ADMIN_KEY)
-        .json(&json!({}))
-        .send()
-        .await?;
-    let took = started.elapsed();
-    let status = response.status();
-    let body: Value = response.json().await?;
-    if status != 201 {
-        bail!("create answered {status}: {body}");
-    }
-    Ok((took, body["id"].as_str().context("id")?.to_string()))
+    agentbox_bench::create_sandbox(client, server).await
 }
 
 async fn delete(client: &reqwest::Client, server: &Server, id: &str) -> anyhow::Result<()> {
