@@ -3,6 +3,8 @@
 //! that the path template does not hold (a query parameter mislabelled: clients then put it in
 //! the URL's path, or insist it is required), a template variable without its parameter, and a
 //! path parameter that is not required. Both servers' committed-document tests run it.
+//! [`required_bodies_without_required_fields`] is for a server that takes an empty body as `{}`
+//! (sandboxd, as AIO's SDKs send none when every field is left out).
 
 use serde_json::Value;
 
@@ -97,6 +99,40 @@ fn path_parameters(document: &Value, path: &str, item: &Value, found: &mut Vec<S
     }
 }
 
+/// Operations whose JSON body is declared required although its schema requires no field: on
+/// a server that reads an empty body as `{}`, such a body may be left out, and a client that
+/// believes the document sends one it need not (or refuses to call without it).
+pub fn required_bodies_without_required_fields(document: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    let Some(paths) = document["paths"].as_object() else {
+        return found;
+    };
+    for (path, item) in paths {
+        for method in METHODS {
+            let Some(body) = item.get(method).map(|operation| &operation["requestBody"]) else {
+                continue;
+            };
+            if body["required"] != Value::Bool(true) {
+                continue;
+            }
+            let mut schema = &body["content"]["application/json"]["schema"];
+            if let Some(reference) = schema["$ref"].as_str() {
+                schema = resolve(document, reference).unwrap_or(&Value::Null);
+            }
+            let requires_a_field = schema["required"]
+                .as_array()
+                .is_some_and(|fields| !fields.is_empty());
+            if schema.is_object() && schema["type"] == "object" && !requires_a_field {
+                found.push(format!(
+                    "{} {path}: the body is required but requires no field",
+                    method.to_uppercase()
+                ));
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +159,25 @@ mod tests {
             }}
         }));
         assert_eq!(problems(&sound), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_required_body_must_require_a_field() {
+        let doc = json!({"paths": {
+            "/v1/tabs": {"post": {"requestBody": {"required": true, "content": {"application/json":
+                {"schema": {"$ref": "#/components/schemas/NewTab"}}}}}},
+            "/v1/type": {"post": {"requestBody": {"required": true, "content": {"application/json":
+                {"schema": {"$ref": "#/components/schemas/Type"}}}}}},
+            "/v1/restart": {"post": {"requestBody": {"required": false, "content": {"application/json":
+                {"schema": {"$ref": "#/components/schemas/NewTab"}}}}}}
+        }, "components": {"schemas": {
+            "NewTab": {"type": "object", "properties": {"url": {"type": "string"}}},
+            "Type": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}
+        }}});
+        assert_eq!(
+            required_bodies_without_required_fields(&doc),
+            vec!["POST /v1/tabs: the body is required but requires no field".to_string()]
+        );
     }
 
     #[test]

@@ -353,6 +353,41 @@ pub struct TabItem {
     pub title: String,
     /// The tab API calls act on.
     pub active: bool,
+    /// The JavaScript dialog open in the tab, if any: page calls on the tab answer 409 until it
+    /// is answered (`POST /v1/browser/page/dialog`) or the default policy answers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dialog: Option<DialogInfo>,
+}
+
+/// A JavaScript dialog open in a tab.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+pub struct DialogInfo {
+    /// `alert`, `confirm`, `prompt` or `beforeunload`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    /// A prompt's default answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_prompt: Option<String>,
+    /// The page that opened it.
+    pub url: String,
+    /// When it opened, in milliseconds since the Unix epoch.
+    pub opened_at_ms: u64,
+    /// What the default policy will do if nobody answers: `accept` or `dismiss`.
+    pub default_action: String,
+    /// When the default policy answers it, in milliseconds since the Unix epoch.
+    pub default_action_at_ms: u64,
+}
+
+/// `POST /v1/browser/page/dialog`: answers the active tab's dialog.
+#[derive(Debug, Default, Deserialize, Serialize, ToSchema, schemars::JsonSchema)]
+pub struct DialogAnswerRequest {
+    /// `true` presses OK (an alert's only button; a confirm's or prompt's OK; leaving the page
+    /// for `beforeunload`), `false` presses Cancel.
+    pub accept: bool,
+    /// The text a prompt answers with (when accepting).
+    #[serde(default)]
+    pub prompt_text: Option<String>,
 }
 
 /// `POST /v1/browser/tabs`.

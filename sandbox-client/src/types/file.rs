@@ -454,16 +454,19 @@ pub struct StrReplaceEditorRequest {
     /// Without it, `old_str` must be unique.
     #[serde(default)]
     pub replace_mode: Option<EditorReplaceMode>,
-    /// Not supported (PDF pages).
+    /// `view` of a PDF: `[first, last]` pages, 1-based, inclusive; `last` -1 for the end (all
+    /// pages when absent).
     #[serde(default)]
     pub page_range: Option<Vec<i64>>,
-    /// Not supported (spreadsheets).
+    /// `view` of a spreadsheet (.xlsx, .xlsm, .xlsb, .xls, .ods): the sheet (the first when
+    /// absent).
     #[serde(default)]
     pub sheet_name: Option<String>,
-    /// Not supported (spreadsheets).
+    /// `view` of a spreadsheet: `[first, last]` rows, 1-based, inclusive; `last` -1 for the end.
     #[serde(default)]
     pub row_range: Option<Vec<i64>>,
-    /// Not supported (slides).
+    /// `view` of a presentation (.pptx): `[first, last]` slides, 1-based, inclusive; `last` -1
+    /// for the end.
     #[serde(default)]
     pub slide_range: Option<Vec<i64>>,
     /// Adds `metadata` (size, lines, is_directory) to the result.

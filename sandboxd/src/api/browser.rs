@@ -79,6 +79,8 @@ impl From<BrowserError> for ApiError {
             | BrowserError::NoIndexedElement { .. }
             | BrowserError::NoTab { .. } => ApiError::not_found(message),
             BrowserError::NotActionable(_)
+            | BrowserError::Dialog(_)
+            | BrowserError::NoDialog
             | BrowserError::TabGone(_)
             | BrowserError::PageChanged(_) => ApiError::conflict(message),
             BrowserError::NotRunning(_) | BrowserError::Disconnected(_) => {
@@ -334,6 +336,7 @@ pub async fn screenshot(
         .browser
         .screenshot(ScreenshotOptions {
             full_page: query.full_page.unwrap_or(false),
+            clip: None,
             format,
             quality,
         })
@@ -784,6 +787,7 @@ fn tab_item(tab: browser::TabInfo) -> TabItem {
         url: tab.url,
         title: tab.title,
         active: tab.active,
+        dialog: tab.dialog.as_ref().map(super::browser_dialog::dialog_info),
     }
 }
 

@@ -411,7 +411,9 @@ pub async fn list(
 
 /// Anthropic's text editor tool: `view`, `create`, `str_replace`, `insert`, `undo_edit`.
 /// Tool errors (old_str missing or not unique, file exists, no history) are 4xx answers whose
-/// message is written for the model.
+/// message is written for the model. `view` also reads documents as text: a PDF's pages
+/// (`page_range`), a spreadsheet's rows (`sheet_name`, `row_range`: .xlsx, .xlsm, .xlsb, .xls,
+/// .ods) and a presentation's slides (`slide_range`: .pptx).
 #[utoipa::path(post, path = "/v1/file/str_replace_editor", tag = "file",
     request_body = StrReplaceEditorRequest,
     responses(
@@ -420,24 +422,15 @@ pub async fn list(
         (status = 404, description = "no such file", body = ErrorBody),
         (status = 409, description = "create over an existing file, or nothing to undo", body = ErrorBody),
         (status = 413, description = "over a size limit", body = ErrorBody),
-        (status = 422, description = "bad or missing field", body = ErrorBody),
+        (status = 422, description = "bad or missing field, a document field on a file of another kind, or a document that cannot be read", body = ErrorBody),
+        (status = 504, description = "reading the document took too long", body = ErrorBody),
     ))]
 pub async fn str_replace_editor(
     State(state): State<AppState>,
     AioJson(request): AioJson<StrReplaceEditorRequest>,
 ) -> Result<Json<Envelope<StrReplaceEditorResult>>, ApiError> {
-    for (field, present) in [
-        ("page_range", request.page_range.is_some()),
-        ("sheet_name", request.sheet_name.is_some()),
-        ("row_range", request.row_range.is_some()),
-        ("slide_range", request.slide_range.is_some()),
-    ] {
-        if present {
-            return Err(ApiError::invalid(
-                field,
-                format!("{field} is not supported: the editor views text files only"),
-            ));
-        }
+    if let Some(answer) = super::document_view::view(&state, &request).await {
+        return answer;
     }
     let required = |value: Option<String>, field: &str, command: &str| {
         value.ok_or_else(|| ApiError::invalid(field, format!("{field} is required by `{command}`")))

@@ -13,6 +13,7 @@ pub mod activity;
 pub mod auth;
 pub mod bash;
 pub mod browser;
+pub mod browser_dialog;
 pub mod browser_network;
 pub mod browser_page_more;
 pub mod browser_storage;
@@ -21,6 +22,7 @@ pub mod cdp;
 pub mod code;
 pub mod desktop;
 pub mod docs;
+pub mod document_view;
 pub mod error;
 pub mod extract;
 pub mod file;
@@ -266,6 +268,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .merge(file::routes())
         .merge(file_watch::routes())
         .merge(browser::routes())
+        .merge(browser_dialog::routes())
         .merge(browser_page_more::routes())
         .merge(browser_storage::routes())
         .merge(captcha::routes())

@@ -279,8 +279,9 @@ pub async fn write(
     })))
 }
 
-/// Ends the session's running command and every process it started (SIGTERM, then SIGKILL).
-/// A finished command is left as it is and its status returned.
+/// Ends the session's running command and every process the session's commands started,
+/// including what finished commands left running in the background (SIGTERM, then SIGKILL).
+/// A finished command's status is returned as it was.
 #[utoipa::path(post, path = "/v1/shell/kill", tag = "shell",
     request_body = ShellSessionRequest,
     responses(
@@ -297,6 +298,9 @@ pub async fn kill(
         .current_job()
         .ok_or_else(|| ShellError::NoCommand(session.id.clone()))?;
     job.stop(StopReason::Killed).await;
+    // A command that has ended may have left processes behind (`&`, `setsid`, `nohup`): a kill
+    // ends everything the session started, as removing the session does.
+    state.shell.end_leftovers(&session).await;
     let outcome = job.outcome();
     let exit_code = outcome.as_ref().map(|o| o.exit_code);
     Ok(Json(Envelope::ok(ShellKillResult {

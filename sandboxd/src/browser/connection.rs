@@ -14,7 +14,8 @@
 //! Tabs are the browser's `page` targets. Their order is the order in which this connection first
 //! saw them (tabs opened through the API come last), so indexes stay stable while tabs are only
 //! opened. The *active* tab is the one API calls act on: the tab last opened or activated through
-//! the API; when there is none (or it was closed), the most recently opened tab.
+//! the API; when there is none (or it was closed), the most recently opened tab. A tab with an
+//! open JavaScript dialog takes no page call ([`super::dialog`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -80,6 +81,8 @@ pub struct Session {
     pub consoles: super::console::Consoles,
     /// The requests of the tabs this connection used, and the rules applied to them.
     pub networks: super::network::Networks,
+    /// The JavaScript dialogs open in the tabs this connection used.
+    pub dialogs: super::dialog::Dialogs,
 }
 
 /// The order tabs were first seen in, and the active one.
@@ -198,7 +201,10 @@ impl Connection {
         }
     }
 
-    /// Runs `op` on the active tab of the current session (see [`Connection::run`]).
+    /// Runs `op` on the active tab of the current session (see [`Connection::run`]). A
+    /// JavaScript dialog opening in the tab meanwhile ends the call at once with
+    /// [`BrowserError::Dialog`]: the command waits on a page that runs nothing until the dialog
+    /// is answered.
     pub async fn with_page<T, F, Fut>(&self, op: F) -> Result<T, BrowserError>
     where
         F: Fn(Arc<Session>, Page) -> Fut,
@@ -208,7 +214,11 @@ impl Connection {
             let op = &op;
             async move {
                 let page = session.active_page().await?;
-                op(session, page).await
+                let opening = session.dialogs.opening(page.target_id());
+                tokio::select! {
+                    done = op(session.clone(), page) => done,
+                    dialog = opening => Err(BrowserError::Dialog(dialog)),
+                }
             }
         })
         .await
@@ -266,6 +276,7 @@ impl Session {
             book: Mutex::new(TabBook::default()),
             consoles: super::console::Consoles::default(),
             networks: super::network::Networks::new(rules),
+            dialogs: super::dialog::Dialogs::default(),
         })
     }
 
@@ -302,6 +313,8 @@ impl Session {
             .retain(|id| ordered.iter().any(|(_, t)| &t.target_id == id));
         self.networks
             .retain(|id| ordered.iter().any(|(_, t)| &t.target_id == id));
+        self.dialogs
+            .retain(|id| ordered.iter().any(|(_, t)| &t.target_id == id));
         let active = match active {
             Some(id) if ordered.iter().any(|(_, t)| &t.target_id == id) => Some(id.clone()),
             _ => ordered.last().map(|(_, t)| t.target_id.clone()),
@@ -319,8 +332,18 @@ impl Session {
             .collect())
     }
 
-    /// The tab API calls act on, opening one when the browser has none.
+    /// The tab API calls act on, opening one when the browser has none; a tab with an open
+    /// JavaScript dialog is refused ([`BrowserError::Dialog`]): nothing can run in it.
     pub async fn active_page(&self) -> Result<Page, BrowserError> {
+        let page = self.active_page_unchecked().await?;
+        match self.dialogs.open(page.target_id()) {
+            Some(dialog) => Err(BrowserError::Dialog(dialog)),
+            None => Ok(page),
+        }
+    }
+
+    /// The active tab even while a dialog is open in it (to report or answer the dialog).
+    pub async fn active_page_unchecked(&self) -> Result<Page, BrowserError> {
         let tabs = self.tabs().await?;
         let target = match tabs.iter().find(|t| t.active) {
             Some(tab) => tab.target_id.clone(),
@@ -336,6 +359,7 @@ impl Session {
         let page = self.attached_page(target).await?;
         self.consoles.watch(&page).await;
         self.networks.watch(&page).await;
+        self.dialogs.watch(&page).await;
         Ok(page)
     }
 

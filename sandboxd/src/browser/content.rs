@@ -92,9 +92,20 @@ impl ImageFormat {
 #[derive(Debug, Clone, Copy)]
 pub struct ScreenshotOptions {
     pub full_page: bool,
+    /// Only this rectangle of the page (CSS pixels from the document's top left).
+    pub clip: Option<Clip>,
     pub format: ImageFormat,
     /// JPEG quality, 1 to 100; PNG ignores it.
     pub quality: u8,
+}
+
+/// A rectangle of the page, in CSS pixels from the document's top left.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Clip {
+    pub x: f64,
+    pub y: f64,
+    pub width: f64,
+    pub height: f64,
 }
 
 /// An encoded image.
@@ -187,7 +198,20 @@ async fn capture(page: &Page, options: ScreenshotOptions) -> Result<Screenshot, 
         params = params.quality(i64::from(options.quality));
     }
     let viewport = &metrics.css_visual_viewport;
-    let (width, height) = if options.full_page {
+    let (width, height) = if let Some(clip) = options.clip {
+        let width = clip.width.clamp(1.0, MAX_FULL_PAGE).ceil();
+        let height = clip.height.clamp(1.0, MAX_FULL_PAGE).ceil();
+        params = params
+            .clip(Viewport {
+                x: clip.x.max(0.0),
+                y: clip.y.max(0.0),
+                width,
+                height,
+                scale: 1.0,
+            })
+            .capture_beyond_viewport(true);
+        (width, height)
+    } else if options.full_page {
         let size = &metrics.css_content_size;
         let width = size.width.max(viewport.client_width).ceil();
         let height = size

@@ -55,6 +55,18 @@ pub enum BrowserError {
     /// A script sandboxd itself runs in the page threw.
     #[error("a script run in the page failed: {0}")]
     Script(String),
+    /// A JavaScript dialog is open in the tab (or opened during the call): the page runs
+    /// nothing until it is answered.
+    #[error(
+        "a JavaScript {} is open in the active tab: {:?}; answer it with POST /v1/browser/page/dialog (accept: true or false), or the default policy will {} it {} s after it opened",
+        .0.kind, .0.message,
+        if super::dialog::DialogPolicy::accepts(.0.kind) { "accept" } else { "dismiss" },
+        super::dialog::GRACE.as_secs()
+    )]
+    Dialog(super::dialog::OpenDialog),
+    /// No JavaScript dialog is open in the active tab.
+    #[error("no JavaScript dialog is open in the active tab")]
+    NoDialog,
     /// The browser rejected a command or answered something unexpected.
     #[error("the browser rejected the command: {0}")]
     Protocol(String),

@@ -9,6 +9,7 @@
 //!   finding text, scrolling to an element.
 //! - [`cookies`]: cookies, and saving and loading the browser's state (cookies + localStorage).
 //! - [`console`]: the console messages each tab logged.
+//! - [`dialog`]: JavaScript dialogs: reported, answered, or answered by the default policy.
 //! - [`network`]: the requests each tab made (and their HAR), extra and origin-scoped headers,
 //!   routes that abort or answer requests, and the page emulation of the browser config.
 //! - [`wait`]: waiting for conditions.
@@ -28,6 +29,7 @@ pub mod connection;
 pub mod console;
 pub mod content;
 pub mod cookies;
+pub mod dialog;
 pub mod download;
 pub mod error;
 pub mod forms;
@@ -47,7 +49,8 @@ use chromiumoxide::Page;
 use serde::Deserialize;
 
 pub use connection::Connection;
-pub use content::{Bounded, ImageFormat, Markdown, Screenshot, ScreenshotOptions};
+pub use content::{Bounded, Clip, ImageFormat, Markdown, Screenshot, ScreenshotOptions};
+pub use dialog::OpenDialog;
 pub use error::BrowserError;
 pub use input::{Button, Pointed, ScrollPosition, Target};
 pub use navigation::{PageState, WaitUntil};

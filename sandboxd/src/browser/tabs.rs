@@ -6,7 +6,8 @@ use std::time::Duration;
 use chromiumoxide::cdp::browser_protocol::target::{ActivateTargetParams, CloseTargetParams};
 
 use super::BrowserService;
-use super::connection::Tab;
+use super::connection::{Session, Tab};
+use super::dialog::OpenDialog;
 use super::error::BrowserError;
 use super::navigation::{PageState, WaitUntil};
 
@@ -17,15 +18,18 @@ pub struct TabInfo {
     pub url: String,
     pub title: String,
     pub active: bool,
+    /// The JavaScript dialog open in the tab (only tabs API calls used are watched).
+    pub dialog: Option<OpenDialog>,
 }
 
-impl From<&Tab> for TabInfo {
-    fn from(tab: &Tab) -> Self {
+impl TabInfo {
+    fn of(session: &Session, tab: &Tab) -> Self {
         Self {
             index: tab.index,
             url: tab.url.clone(),
             title: tab.title.clone(),
             active: tab.active,
+            dialog: session.dialogs.open(&tab.target_id),
         }
     }
 }
@@ -33,7 +37,12 @@ impl From<&Tab> for TabInfo {
 impl BrowserService {
     pub async fn tabs(&self) -> Result<Vec<TabInfo>, BrowserError> {
         self.bounded_session("listing tabs", |session| async move {
-            Ok(session.tabs().await?.iter().map(TabInfo::from).collect())
+            Ok(session
+                .tabs()
+                .await?
+                .iter()
+                .map(|t| TabInfo::of(&session, t))
+                .collect())
         })
         .await
     }
@@ -130,11 +139,16 @@ impl BrowserService {
             for _ in 0..50 {
                 let now = session.tabs().await?;
                 if !now.iter().any(|t| t.target_id == tab.target_id) {
-                    return Ok(now.iter().map(TabInfo::from).collect());
+                    return Ok(now.iter().map(|t| TabInfo::of(&session, t)).collect());
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Ok(session.tabs().await?.iter().map(TabInfo::from).collect())
+            Ok(session
+                .tabs()
+                .await?
+                .iter()
+                .map(|t| TabInfo::of(&session, t))
+                .collect())
         })
         .await
     }
@@ -152,7 +166,7 @@ impl BrowserService {
                 .execute(ActivateTargetParams::new(tab.target_id.clone()))
                 .await?;
             session.set_active(&tab.target_id);
-            let mut info = TabInfo::from(tab);
+            let mut info = TabInfo::of(&session, tab);
             info.active = true;
             Ok(info)
         })

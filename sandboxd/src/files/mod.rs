@@ -9,15 +9,18 @@
 //! - [`listing`]: list, find and glob.
 //! - [`grep`]: regex search across files.
 //! - [`editor`]: the `str_replace_editor` tool (view, create, str_replace, insert, undo_edit).
+//! - [`document`]: PDF pages, spreadsheet rows and presentation slides as text, for the
+//!   editor's `view` (the one part that runs a program, and is async).
 //! - [`transfer`]: streamed uploads and downloads.
 //! - [`size`]: byte sizes such as `1M`.
 //! - [`watch`]: inotify watches with bounded event queues (async, unlike the rest).
 //!
-//! All of it is blocking file-system work: callers on an async runtime run it on blocking
+//! All of it but [`document`]'s PDF reading is blocking file-system work: callers on an async runtime run it on blocking
 //! threads.
 
 pub mod confine;
 pub mod content;
+pub mod document;
 pub mod editor;
 pub mod grep;
 pub mod listing;

@@ -305,6 +305,18 @@ impl Shell {
             .ok_or_else(|| ShellError::UnknownSession(id.to_string()))
     }
 
+    /// Ends what the session's commands left running: the background processes of finished
+    /// commands, however they left (see [`procs`]). The session stays.
+    pub async fn end_leftovers(&self, session: &Session) {
+        let jobs = session.lock().jobs.clone();
+        let grace = self.config.stop_grace;
+        let ended =
+            tokio::task::spawn_blocking(move || procs::terminate_leftovers(&jobs, grace)).await;
+        if let Err(error) = ended {
+            tracing::error!(%error, "ending a shell session's leftover processes panicked");
+        }
+    }
+
     /// Starts `request` in `session`. Fails with [`ShellError::Busy`] while the session's
     /// previous command still runs.
     ///
@@ -641,6 +653,12 @@ impl Shell {
         } else {
             PathBuf::from("/")
         }
+    }
+
+    /// Who the agent's programs run as (None: as sandboxd), for other programs sandboxd runs
+    /// on the agent's behalf.
+    pub fn agent_identity(&self) -> Result<Option<Identity>, ShellError> {
+        self.identity()
     }
 
     /// The identity to switch to, or None to keep sandboxd's.

@@ -96,6 +96,32 @@ def client(sandbox):
     return Sandbox(base_url=sandbox.base_url, headers=sandbox.headers(), timeout=60)
 
 
+SITE_PORT = 8765
+
+
+@pytest.fixture(scope="session")
+def browsing():
+    """A sandbox whose browser may open loopback pages, with a web server on
+    ``127.0.0.1:8765`` inside it serving ``/tmp/site`` (tests write their pages there)."""
+    container = SandboxContainer(env={"SANDBOXD_BROWSER_ALLOW_PRIVATE": "true"})
+    try:
+        container.exec("sh", "-c", "mkdir -p /tmp/site")
+        container.exec(
+            "sh", "-c",
+            f"cd /tmp/site && setsid python3 -m http.server {SITE_PORT} --bind 127.0.0.1 >/dev/null 2>&1 &",
+        )
+        container.site = f"http://127.0.0.1:{SITE_PORT}"
+        for _ in range(100):
+            try:
+                container.exec("curl", "-sf", "-o", "/dev/null", container.site + "/")
+                break
+            except RuntimeError:
+                time.sleep(0.1)
+        yield container
+    finally:
+        container.close()
+
+
 @pytest.fixture
 def own_sandbox():
     """A sandbox container for one test alone (for tests that may break what they drive)."""

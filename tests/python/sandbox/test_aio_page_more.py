@@ -17,7 +17,6 @@ from agent_sandbox.core.api_error import ApiError
 from agent_sandbox.errors import UnprocessableEntityError
 from agent_sandbox.types import Response, ResponseList
 
-from conftest import SandboxContainer
 
 PORT = 8765
 PAGE = """<!doctype html>
@@ -48,26 +47,17 @@ PAGE = """<!doctype html>
 
 
 @pytest.fixture(scope="module")
-def box():
-    container = SandboxContainer(env={"SANDBOXD_BROWSER_ALLOW_PRIVATE": "true"})
-    try:
-        container.exec("sh", "-c", "mkdir -p /tmp/site")
-        client = Sandbox(base_url=container.base_url, headers=container.headers(), timeout=60)
-        client.file.write_file(file="/tmp/site/form.html", content=PAGE)
-        container.exec(
-            "sh", "-c",
-            f"cd /tmp/site && setsid python3 -m http.server {PORT} --bind 127.0.0.1 >/dev/null 2>&1 &",
-        )
-        url = f"http://127.0.0.1:{PORT}/form.html"
-        for _ in range(100):
-            try:
-                client.browser_page.navigate(url=url)
-                break
-            except ApiError:
-                time.sleep(0.1)
-        yield container, client, url
-    finally:
-        container.close()
+def box(browsing):
+    client = Sandbox(base_url=browsing.base_url, headers=browsing.headers(), timeout=60)
+    client.file.write_file(file="/tmp/site/form.html", content=PAGE)
+    url = f"{browsing.site}/form.html"
+    for _ in range(100):
+        try:
+            client.browser_page.navigate(url=url)
+            break
+        except ApiError:
+            time.sleep(0.1)
+    yield browsing, client, url
 
 
 def fresh(box):

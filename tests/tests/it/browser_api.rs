@@ -50,6 +50,14 @@ const TALL: &str = r#"<!doctype html>
 <body><div class="block">Top</div><p>Bottom</p></body></html>
 "#;
 
+const DIALOG: &str = r#"<!doctype html>
+<html><head><title>Dialogs</title></head><body>
+<button id="alert" onclick="alert('Hello from alert')">Alert</button>
+<button id="confirm" onclick="document.body.dataset.confirmed = confirm('Delete everything?')">Confirm</button>
+<button id="prompt" onclick="document.body.dataset.answer = prompt('Your name?', 'anon')">Prompt</button>
+</body></html>
+"#;
+
 /// The test web server: the site's files, plus a page whose image takes a minute (so it never
 /// fires `load` during the test), a 204 and a download.
 const SERVER: &str = r#"
@@ -168,6 +176,7 @@ fn serve_site(sb: &Sandbox) -> anyhow::Result<()> {
         ("result.html", RESULT),
         ("delayed.html", DELAYED),
         ("tall.html", TALL),
+        ("dialog.html", DIALOG),
         ("server.py", SERVER),
     ] {
         readable_file(dir.path(), name, content)?;
@@ -279,6 +288,7 @@ async fn page_tab_and_reconnection_calls_work_on_the_real_browser() -> anyhow::R
         scroll_and_full_page_screenshot,
         tabs,
         bad_input_changes_nothing,
+        javascript_dialogs_do_not_stall_page_calls,
         reconnects_after_chromium_restarts,
     );
     Ok(())
@@ -881,6 +891,152 @@ async fn tabs(b: &mut Browser) -> anyhow::Result<()> {
     );
     let (status, answer) = call(sb, "PUT", "/v1/browser/tabs/x/activate", None).await?;
     ensure!(status == 422, "{status} {answer}");
+    Ok(())
+}
+
+/// Clicks `selector`, which opens a dialog: the click answers at once with 409 naming it.
+async fn open_dialog_by_clicking(sb: &Sandbox, selector: &str, kind: &str) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let (status, answer) = call(
+        sb,
+        "POST",
+        "/v1/browser/page/click",
+        Some(json!({"selector": selector})),
+    )
+    .await?;
+    let took = started.elapsed();
+    ensure!(
+        status == 409
+            && answer["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&format!("JavaScript {kind} is open")),
+        "clicking {selector}: {status} {answer}"
+    );
+    eprintln!("the click that opened the {kind} answered in {took:?}");
+    Ok(())
+}
+
+/// A JavaScript dialog left open (issue 27): page calls answer at once with 409 naming it
+/// (they used to hang 30-60 s), the tab list and `GET /v1/browser/page/dialog` report it, `POST`
+/// answers it (a prompt with text), and one nobody answers is answered by the default policy
+/// (a confirm dismissed) a few seconds later.
+async fn javascript_dialogs_do_not_stall_page_calls(b: &mut Browser) -> anyhow::Result<()> {
+    let sb = &b.sb;
+    navigate(sb, &format!("{SITE}/dialog.html")).await?;
+    open_dialog_by_clicking(sb, "#alert", "alert").await?;
+    let calls: [(&str, &str, Option<Value>); 5] = [
+        ("GET", "/v1/browser/page/text", None),
+        (
+            "POST",
+            "/v1/browser/page/evaluate",
+            Some(json!({"expression": "1 + 1"})),
+        ),
+        ("GET", "/v1/browser/page/snapshot", None),
+        ("GET", "/v1/browser/page/screenshot", None),
+        (
+            "POST",
+            "/v1/browser/page/click",
+            Some(json!({"selector": "#confirm"})),
+        ),
+    ];
+    let mut slowest = Duration::ZERO;
+    for n in 0..20 {
+        let (method, path, body) = &calls[n % calls.len()];
+        let started = Instant::now();
+        let (status, answer) = call(sb, method, path, body.clone()).await?;
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        ensure!(
+            status == 409
+                && answer["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("Hello from alert"),
+            "{method} {path} with the alert open: {status} {answer}"
+        );
+        // The hang this replaces lasted 30-60 s; the bound leaves room for a loaded machine.
+        ensure!(
+            took < Duration::from_secs(5),
+            "{method} {path} took {took:?}"
+        );
+    }
+    eprintln!("20 page calls with an alert open: the slowest answered in {slowest:?}");
+    let tabs = ok(sb, "GET", "/v1/browser/tabs", None).await?;
+    let active = tabs
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["active"] == true))
+        .context("an active tab")?;
+    ensure!(
+        active["dialog"]["type"] == "alert" && active["dialog"]["message"] == "Hello from alert",
+        "{tabs}"
+    );
+    let open = ok(sb, "GET", "/v1/browser/page/dialog", None).await?;
+    ensure!(
+        open["type"] == "alert" && open["default_action"] == "accept",
+        "{open}"
+    );
+    let answered = ok(
+        sb,
+        "POST",
+        "/v1/browser/page/dialog",
+        Some(json!({"accept": true})),
+    )
+    .await?;
+    ensure!(answered["type"] == "alert", "{answered}");
+    ensure!(eval(sb, "1 + 1").await? == 2, "the page runs again");
+    let none = call(sb, "GET", "/v1/browser/page/dialog", None).await?;
+    ensure!(none.0 == 200 && none.1["data"].is_null(), "{none:?}");
+    let (status, answer) = call(
+        sb,
+        "POST",
+        "/v1/browser/page/dialog",
+        Some(json!({"accept": true})),
+    )
+    .await?;
+    ensure!(status == 409, "answering no dialog: {status} {answer}");
+    let (status, answer) = call(sb, "POST", "/v1/browser/page/dialog", Some(json!({}))).await?;
+    ensure!(
+        status == 422 && answer.to_string().contains("accept"),
+        "{status} {answer}"
+    );
+
+    // A confirm, accepted; a prompt, answered with text.
+    open_dialog_by_clicking(sb, "#confirm", "confirm").await?;
+    ok(
+        sb,
+        "POST",
+        "/v1/browser/page/dialog",
+        Some(json!({"accept": true})),
+    )
+    .await?;
+    ensure!(eval(sb, "document.body.dataset.confirmed").await? == "true");
+    open_dialog_by_clicking(sb, "#prompt", "prompt").await?;
+    ok(
+        sb,
+        "POST",
+        "/v1/browser/page/dialog",
+        Some(json!({"accept": true, "prompt_text": "Ada"})),
+    )
+    .await?;
+    ensure!(eval(sb, "document.body.dataset.answer").await? == "Ada");
+
+    // Nobody answers: the default policy dismisses a confirm after its grace.
+    open_dialog_by_clicking(sb, "#confirm", "confirm").await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, answer) = call(sb, "GET", "/v1/browser/page/dialog", None).await?;
+        ensure!(status == 200, "{status} {answer}");
+        if answer["data"].is_null() {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the confirm is still open: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ensure!(eval(sb, "document.body.dataset.confirmed").await? == "false");
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //!
 //! The tools call the same functions as the REST routes, so they share their validation, path
 //! confinement and limits; `/mcp` sits behind the same API-key check as every other route.
-//! A tool that fails answers `isError: true` with the REST error's message.
+//! A tool that fails answers `isError: true` with the REST error's message. Agentbox's own
+//! tools are here; the tools under AIO Sandbox's names are in [`aio`].
 
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ use super::types::{
 };
 use super::{browser, desktop, file, shell};
 
+mod aio;
+
 /// Arguments of the `desktop_action` tool: one action, as `POST /v1/browser/actions` takes it.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct DesktopActionArgs {
@@ -44,25 +47,6 @@ pub struct GuiActionArgs {
     pub action: DesktopAction,
 }
 
-/// Arguments of `sandbox_execute_bash` (AIO's name).
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct SandboxBashArgs {
-    /// The command line, run by bash.
-    pub cmd: String,
-    /// Absolute directory to run in (the session stays there afterwards).
-    #[serde(default)]
-    pub cwd: Option<String>,
-    /// Seconds after which the command and everything it started are killed.
-    #[serde(default)]
-    pub timeout: Option<f64>,
-    /// Run in a new session instead of the one `sandbox_execute_bash` calls share.
-    #[serde(default)]
-    pub new_session: Option<bool>,
-}
-
-/// The session `sandbox_execute_bash` calls share unless they ask for a new one.
-const SHARED_BASH_SESSION: &str = "mcp-bash";
-
 /// The MCP server of one sandbox.
 #[derive(Clone)]
 pub struct SandboxTools {
@@ -75,7 +59,7 @@ impl SandboxTools {
     pub fn new(state: AppState) -> Self {
         Self {
             state,
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router() + Self::aio_router(),
         }
     }
 
@@ -304,95 +288,6 @@ impl SandboxTools {
         let answer = browser::press_key(State(self.state.clone()), AioJson(request)).await;
         Ok(done_result(answer))
     }
-
-    /// AIO's name for [`Self::str_replace_editor`].
-    #[tool(
-        description = "Text editor (AIO's name for str_replace_editor): `command` view (with \
-        optional view_range), create (file_text), str_replace (old_str must be unique, \
-        new_str), insert (insert_line, new_str) or undo_edit, on `path`."
-    )]
-    async fn sandbox_str_replace_editor(
-        &self,
-        parameters: Parameters<StrReplaceEditorRequest>,
-    ) -> Result<CallToolResult, ErrorData> {
-        self.str_replace_editor(parameters).await
-    }
-
-    /// AIO's name for [`Self::screenshot`].
-    #[tool(
-        description = "Screenshot of the whole desktop (AIO's name for screenshot): the image \
-        and a text line with its id and scale. `max_width`/`max_height` downscale it."
-    )]
-    async fn browser_gui_screenshot(
-        &self,
-        parameters: Parameters<DesktopScreenshotQuery>,
-    ) -> Result<CallToolResult, ErrorData> {
-        self.screenshot(parameters).await
-    }
-
-    /// AIO's name for [`Self::desktop_action`], with the action's fields at the top level.
-    #[tool(
-        description = "One mouse or keyboard action on the desktop (AIO's name for \
-        desktop_action; the action's fields at the top level): `action_type` MOVE_TO, CLICK, \
-        DOUBLE_CLICK, RIGHT_CLICK, DRAG_TO, SCROLL, TYPING, PRESS, HOTKEY, WAIT, WAIT_SETTLED..."
-    )]
-    async fn browser_gui_execute_action(
-        &self,
-        Parameters(args): Parameters<GuiActionArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
-        self.desktop_action(Parameters(DesktopActionArgs {
-            action: args.action,
-        }))
-        .await
-    }
-
-    /// AIO's bash tool, on the shell sessions.
-    #[tool(
-        description = "Run a bash command as the sandbox user (AIO's sandbox_execute_bash): \
-        `cmd`, optional `cwd` and `timeout` (seconds, then the command and everything it \
-        started are killed). Calls share one session (directory and environment carry over) \
-        unless `new_session` is true."
-    )]
-    async fn sandbox_execute_bash(
-        &self,
-        Parameters(args): Parameters<SandboxBashArgs>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let request = ShellExecRequest {
-            command: args.cmd,
-            id: (args.new_session != Some(true)).then(|| SHARED_BASH_SESSION.to_string()),
-            exec_dir: args.cwd,
-            async_mode: None,
-            timeout: None,
-            strict: Some(true),
-            no_change_timeout: None,
-            hard_timeout: args.timeout,
-            preserve_symlinks: None,
-            truncate: None,
-        };
-        self.shell_exec(Parameters(request)).await
-    }
-
-    /// The browser's endpoints and viewports.
-    #[tool(
-        description = "The browser's CDP URL, the remote desktop URL, its user agent and \
-        viewports (AIO's browser_get_info)."
-    )]
-    async fn browser_get_info(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::info(State(self.state.clone()), axum::http::HeaderMap::new()).await;
-        Ok(envelope_result(answer, to_json_text))
-    }
-
-    /// The sandbox's context.
-    #[tool(
-        description = "The sandbox's home directory, workspace, version and system details \
-        (AIO's sandbox_get_context)."
-    )]
-    async fn sandbox_get_context(&self) -> Result<CallToolResult, ErrorData> {
-        let Json(answer) = super::sandbox::context(State(self.state.clone())).await;
-        Ok(CallToolResult::success(vec![ContentBlock::text(
-            to_json_text(&answer.data),
-        )]))
-    }
 }
 
 /// The MCP server's name in the REST view (`/v1/mcp/{server_name}/...`): sandboxd serves one.
@@ -411,36 +306,26 @@ impl SandboxTools {
         name: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
     ) -> Result<Option<CallToolResult>, ApiError> {
-        fn args<T: serde::de::DeserializeOwned>(
-            arguments: &serde_json::Map<String, serde_json::Value>,
-        ) -> Result<Parameters<T>, ApiError> {
-            let bytes = serde_json::to_vec(arguments)
-                .map_err(|e| ApiError::bad_request(format!("unusable arguments: {e}")))?;
-            super::extract::parse_json(&bytes).map(Parameters)
-        }
         let a = &arguments;
         let result = match name {
-            "screenshot" => self.screenshot(args(a)?).await,
-            "desktop_action" => self.desktop_action(args(a)?).await,
-            "shell_exec" => self.shell_exec(args(a)?).await,
-            "file_read" => self.file_read(args(a)?).await,
-            "file_write" => self.file_write(args(a)?).await,
-            "file_list" => self.file_list(args(a)?).await,
-            "file_grep" => self.file_grep(args(a)?).await,
-            "str_replace_editor" => self.str_replace_editor(args(a)?).await,
-            "browser_navigate" => self.browser_navigate(args(a)?).await,
+            "screenshot" => self.screenshot(arguments_of(a)?).await,
+            "desktop_action" => self.desktop_action(arguments_of(a)?).await,
+            "shell_exec" => self.shell_exec(arguments_of(a)?).await,
+            "file_read" => self.file_read(arguments_of(a)?).await,
+            "file_write" => self.file_write(arguments_of(a)?).await,
+            "file_list" => self.file_list(arguments_of(a)?).await,
+            "file_grep" => self.file_grep(arguments_of(a)?).await,
+            "str_replace_editor" => self.str_replace_editor(arguments_of(a)?).await,
+            "browser_navigate" => self.browser_navigate(arguments_of(a)?).await,
             "browser_snapshot" => self.browser_snapshot().await,
             "browser_text" => self.browser_text().await,
-            "browser_click" => self.browser_click(args(a)?).await,
-            "browser_fill" => self.browser_fill(args(a)?).await,
-            "browser_press_key" => self.browser_press_key(args(a)?).await,
-            "sandbox_str_replace_editor" => self.sandbox_str_replace_editor(args(a)?).await,
-            "browser_gui_screenshot" => self.browser_gui_screenshot(args(a)?).await,
-            "browser_gui_execute_action" => self.browser_gui_execute_action(args(a)?).await,
-            "sandbox_execute_bash" => self.sandbox_execute_bash(args(a)?).await,
-            "browser_get_info" => self.browser_get_info().await,
-            "sandbox_get_context" => self.sandbox_get_context().await,
-            _ => return Ok(None),
+            "browser_click" => self.browser_click(arguments_of(a)?).await,
+            "browser_fill" => self.browser_fill(arguments_of(a)?).await,
+            "browser_press_key" => self.browser_press_key(arguments_of(a)?).await,
+            _ => match self.call_aio(name, a).await? {
+                Some(result) => result,
+                None => return Ok(None),
+            },
         };
         result
             .map(Some)
@@ -458,6 +343,16 @@ impl ServerHandler for SandboxTools {
              confined to the agent's home and /tmp.",
         )
     }
+}
+
+/// A tool's arguments as its parameter type; arguments that do not fit are a 422 naming the
+/// field, as the REST route's body would be.
+fn arguments_of<T: serde::de::DeserializeOwned>(
+    arguments: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Parameters<T>, ApiError> {
+    let bytes = serde_json::to_vec(arguments)
+        .map_err(|e| ApiError::bad_request(format!("unusable arguments: {e}")))?;
+    super::extract::parse_json(&bytes).map(Parameters)
 }
 
 /// A tool result for a failed call, with the same message the REST route would give.
