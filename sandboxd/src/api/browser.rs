@@ -358,7 +358,7 @@ pub async fn screenshot(
 }
 
 /// Width and height from a PNG's IHDR chunk.
-fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
+pub(super) fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
     if bytes.len() < 24 || &bytes[..8] != b"\x89PNG\r\n\x1a\n" || &bytes[12..16] != b"IHDR" {
         return None;
     }

@@ -166,6 +166,10 @@ pub async fn pdf_pages(
     if total == 0 {
         return Ok(view);
     }
+    // pdfinfo read the shared file description to its end.
+    let mut file = file;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))
+        .map_err(|e| DocumentError::Tool(format!("reading the file again: {e}")))?;
     let (first_arg, last_arg) = (first.to_string(), last.to_string());
     let text = run_tool(
         "pdftotext",

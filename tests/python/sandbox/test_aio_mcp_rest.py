@@ -2,6 +2,8 @@
 the image: the server list, the tool list in MCP's shape (AIO's tool names among ours), tool
 calls with real effects, and unknown servers and tools named in a 404."""
 
+import json
+
 import pytest
 from agent_sandbox.core.api_error import ApiError
 from agent_sandbox.types import (
@@ -43,12 +45,13 @@ def test_aio_bash_tool_runs_in_a_shared_session(client):
     assert isinstance(first.data, CallToolResult)
     assert first.data.is_error is False
     second = client.mcp.execute_mcp_tool("sandbox", "sandbox_execute_bash", request={"cmd": "echo $MCPX; pwd"})
-    text = second.data.content[0].text
-    assert "42\n/tmp" in text, text
+    # AIO's answer: JSON with the output and the exit code.
+    answer = json.loads(second.data.content[0].text)
+    assert answer["output"] == "42\n/tmp" and answer["exit_code"] == 0, answer
     fresh = client.mcp.execute_mcp_tool(
         "sandbox", "sandbox_execute_bash", request={"cmd": "echo [$MCPX]", "new_session": True}
     )
-    assert "[]" in fresh.data.content[0].text
+    assert json.loads(fresh.data.content[0].text)["output"] == "[]"
 
 
 def test_gui_tools_take_a_screenshot_and_move_the_pointer(client):
@@ -75,8 +78,8 @@ def test_a_tool_that_fails_says_why_and_unknown_names_are_404(client):
         client.mcp.list_mcp_tools("browser")
     assert unknown.value.status_code == 404 and '"browser"' in unknown.value.body["message"]
     with pytest.raises(ApiError) as unknown:
-        client.mcp.execute_mcp_tool("sandbox", "sandbox_execute_code", request={"code": "1"})
-    assert unknown.value.status_code == 404 and "sandbox_execute_code" in unknown.value.body["message"]
+        client.mcp.execute_mcp_tool("sandbox", "no_such_tool", request={"code": "1"})
+    assert unknown.value.status_code == 404 and "no_such_tool" in unknown.value.body["message"]
 
 
 def test_arguments_that_do_not_fit_are_a_422_naming_the_field(sandbox):

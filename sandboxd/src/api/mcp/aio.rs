@@ -301,13 +301,10 @@ async fn page_value(tools: &SandboxTools, expression: &str) -> Result<Value, Api
     }
 }
 
-/// The viewport's visible size in CSS pixels (without scroll bars: what a screenshot shows).
+/// The viewport's size in CSS pixels (`innerWidth`, `innerHeight`: what a screenshot of the
+/// viewport holds, scroll bars included).
 async fn viewport(tools: &SandboxTools) -> Result<(f64, f64), ApiError> {
-    let size = page_value(
-        tools,
-        "[document.documentElement.clientWidth, document.documentElement.clientHeight]",
-    )
-    .await?;
+    let size = page_value(tools, "[window.innerWidth, window.innerHeight]").await?;
     let dimension = |n: usize| size.get(n).and_then(Value::as_f64).unwrap_or(0.0);
     Ok((dimension(0), dimension(1)))
 }
@@ -891,8 +888,11 @@ impl SandboxTools {
     )]
     async fn browser_vision_screen_capture(&self) -> Result<CallToolResult, ErrorData> {
         let shot = async {
-            let (width, height) = viewport(self).await?;
             let shot = self.state.browser.screenshot(png(None, false)).await?;
+            // The image's own size: the viewport with its scroll bars (innerWidth x
+            // innerHeight), the space browser_vision_screen_click takes.
+            let (width, height) =
+                browser::png_size(&shot.bytes).unwrap_or((shot.width, shot.height));
             Ok::<_, ApiError>((shot, width, height))
         };
         Ok(match shot.await {
