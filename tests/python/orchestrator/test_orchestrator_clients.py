@@ -91,3 +91,49 @@ def test_aio_readme_cdp_example_works_through_the_orchestrator(orchestrator, san
     )
     assert minted.status_code == 422, minted.text
     assert "scope" in minted.json()["error"]["message"]
+
+
+def test_aio_readme_example_runs_unchanged_through_the_orchestrator(sandbox, admin_key):
+    """AIO's README example, unchanged but for the URL and key: context, a shell command, a file
+    read, then its site-to-Markdown cell (the browser over the reported CDP URL with no
+    headers, a Jupyter cell importing ``markdownify``), all through the orchestrator's proxy.
+    Only the page differs: no internet here, so it is a file."""
+    import base64
+
+    client = Sandbox(base_url=sandbox["urls"]["api"], headers={"Authorization": f"Bearer {admin_key}"})
+    home_dir = client.sandbox.get_context().home_dir
+    assert client.shell.exec_command(command="ls -la").data.output
+    assert client.file.read_file(file=f"{home_dir}/.bashrc").data.content is not None
+    client.file.write_file(
+        file=f"{home_dir}/page.html",
+        content="<html><body><h1>Agentbox</h1><p>A <b>computer</b> for agents.</p></body></html>",
+    )
+    cdp_url = client.browser.get_info().data.cdp_url
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(cdp_url, timeout=60_000)
+        page = browser.contexts[0].new_page()
+        page.goto(f"file://{home_dir}/page.html", wait_until="networkidle")
+        html = page.content()
+        screenshot_b64 = base64.b64encode(page.screenshot()).decode("utf-8")
+        page.close()
+        browser.close()
+    answer = client.jupyter.execute_code(
+        code=f"""
+from markdownify import markdownify
+html = '''{html}'''
+screenshot_b64 = "{screenshot_b64}"
+
+md = f"{{markdownify(html)}}\\n\\n![Screenshot](data:image/png;base64,{{screenshot_b64}})"
+
+with open('{home_dir}/site.md', 'w') as f:
+    f.write(md)
+
+print("Done!")
+"""
+    )
+    assert answer.data.status == "ok", answer.data.outputs
+    assert answer.data.outputs[0].text == "Done!\n"
+    assert "site.md" in client.shell.exec_command(command=f"ls -lh {home_dir}/site.md").data.output
+    content = client.file.read_file(file=f"{home_dir}/site.md").data.content
+    assert "Agentbox\n========" in content, content[:200]
+    assert "![Screenshot](data:image/png;base64,iVBORw0KGgo" in content
