@@ -23,11 +23,15 @@ use utoipa::ToSchema;
 pub struct CreateSandboxRequest {
     /// Image to run; default: the server's sandbox image. Others must be allowed by the server.
     pub image: Option<String>,
-    /// Screen size `WIDTHxHEIGHT`, e.g. `1280x800`.
+    /// Screen size `WIDTHxHEIGHT`, e.g. `1280x800`, from 320x200 to 3840x2160.
+    #[schema(pattern = r"^\s*[0-9]+\s*[xX]\s*[0-9]+\s*$")]
     pub resolution: Option<String>,
-    /// Seconds without activity before the sandbox is removed.
+    /// Seconds without activity before the sandbox is removed (at most the server's lifetime
+    /// cap).
+    #[schema(minimum = 1)]
     pub idle_timeout_secs: Option<i64>,
-    /// Absolute lifetime in seconds, counted from creation.
+    /// Absolute lifetime in seconds, counted from creation (at most the server's lifetime cap).
+    #[schema(minimum = 1)]
     pub max_lifetime_secs: Option<i64>,
     /// Environment variables for the sandbox.
     pub env: Option<BTreeMap<String, String>>,
@@ -78,8 +82,12 @@ pub struct SandboxList {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetTimeoutRequest {
+    /// Seconds without activity before the sandbox is removed (at most the server's lifetime
+    /// cap).
+    #[schema(minimum = 1)]
     pub idle_timeout_secs: Option<i64>,
-    /// New absolute lifetime, counted from creation.
+    /// New absolute lifetime, counted from creation (at most the server's lifetime cap).
+    #[schema(minimum = 1)]
     pub max_lifetime_secs: Option<i64>,
 }
 
@@ -91,6 +99,7 @@ pub struct CreateTokenRequest {
     #[schema(value_type = String)]
     pub scope: crate::tokens::Scope,
     /// Lifetime in seconds (default 900, at most 86400).
+    #[schema(minimum = 1, maximum = 86400)]
     pub ttl_secs: Option<i64>,
 }
 

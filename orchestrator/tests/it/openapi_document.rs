@@ -22,3 +22,31 @@ fn the_document_has_no_dangling_reference_or_misplaced_parameter() -> anyhow::Re
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     Ok(())
 }
+
+/// The documented bounds are the ones the code enforces (issue 27: the document had none).
+#[test]
+fn documented_bounds_are_the_enforced_ones() -> anyhow::Result<()> {
+    let document = serde_json::to_value(orchestrator::api::openapi_document())?;
+    let schemas = &document["components"]["schemas"];
+    assert_eq!(
+        schemas["CreateTokenRequest"]["properties"]["ttl_secs"]["maximum"],
+        orchestrator::sandboxes::MAX_TOKEN_TTL_SECS
+    );
+    for (schema, field) in [
+        ("CreateTokenRequest", "ttl_secs"),
+        ("CreateSandboxRequest", "idle_timeout_secs"),
+        ("CreateSandboxRequest", "max_lifetime_secs"),
+        ("SetTimeoutRequest", "idle_timeout_secs"),
+        ("SetTimeoutRequest", "max_lifetime_secs"),
+    ] {
+        assert_eq!(
+            schemas[schema]["properties"][field]["minimum"], 1,
+            "{schema}.{field}"
+        );
+    }
+    assert!(
+        schemas["CreateSandboxRequest"]["properties"]["resolution"]["pattern"].is_string(),
+        "the resolution's shape is documented"
+    );
+    Ok(())
+}
