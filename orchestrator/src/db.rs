@@ -652,11 +652,18 @@ impl Store {
 
     /// Hands a ready pool member to an owner, atomically: false when someone else got it first
     /// or it is no longer ready.
-    pub async fn claim_pooled(&self, claimed: &SandboxRecord) -> Result<bool> {
+    /// Hands the pooled sandbox `claimed.id` to `claimed.owner_key_id`, if it is still pooled
+    /// and ready and the key has fewer than `limit` live sandboxes (no limit: `None`), in one
+    /// statement: the quota is counted by the write itself, so a claim costs one round trip.
+    /// False when nothing changed (then [`Store::count_live_sandboxes`] says which).
+    pub async fn claim_pooled(&self, claimed: &SandboxRecord, limit: Option<i64>) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE sandboxes SET pooled = 0, owner_key_id = $1, metadata = $2, \
              idle_timeout_secs = $3, max_lifetime_secs = $4, created_at = $5, expires_at = $6, \
-             last_active_at = $7 WHERE id = $8 AND pooled = 1 AND status = 'ready'",
+             last_active_at = $7 WHERE id = $8 AND pooled = 1 AND status = 'ready' \
+             AND (CAST($9 AS BIGINT) IS NULL OR (SELECT COUNT(*) FROM sandboxes \
+             WHERE owner_key_id = $1 AND pooled = 0 \
+             AND status IN ('creating', 'ready', 'degraded')) < CAST($9 AS BIGINT))",
         )
         .bind(&claimed.owner_key_id)
         .bind(to_json(&claimed.metadata))
@@ -666,6 +673,7 @@ impl Store {
         .bind(claimed.expires_at)
         .bind(claimed.last_active_at)
         .bind(&claimed.id)
+        .bind(limit)
         .execute(&self.writer)
         .await
         .map_err(query_error("claim pooled sandbox"))?;

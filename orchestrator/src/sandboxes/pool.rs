@@ -79,7 +79,9 @@ impl Pool {
     }
 
     /// Takes a ready member for a client: `make(id)` builds the claimed record (owner,
-    /// metadata, timeouts). `None` when no member is ready.
+    /// metadata, timeouts). `None` when no member is ready. With a `limit`, the owner's live
+    /// sandboxes are counted by the claim's own write ([`SandboxError::Quota`] when it has
+    /// `limit` already), so a claim is one round trip to the database.
     ///
     /// A member that cannot be claimed now but is still a live member (degraded: sandboxd
     /// reported a program not ready) goes back to the end of the queue, to be claimed once it
@@ -88,8 +90,10 @@ impl Pool {
     pub async fn claim(
         &self,
         service: &Sandboxes,
+        limit: Option<usize>,
         make: impl Fn(String) -> SandboxRecord,
     ) -> Result<Option<SandboxRecord>, SandboxError> {
+        let sql_limit = limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
         // Each member queued now is tried at most once.
         let mut tries = self.ready_count();
         while tries > 0 {
@@ -101,7 +105,7 @@ impl Pool {
                 break;
             };
             let mut claimed = make(member.id.clone());
-            match service.store.claim_pooled(&claimed).await {
+            match service.store.claim_pooled(&claimed, sql_limit).await {
                 Ok(true) => {
                     claimed.container_id = member.container_id;
                     claimed.address = member.address;
@@ -117,10 +121,23 @@ impl Pool {
                             return Err(error.into());
                         }
                     };
-                    if row.is_some_and(|r| r.pooled && r.status.is_live()) {
-                        self.push(member);
+                    match row {
+                        Some(r) if r.pooled && r.status == SandboxStatus::Ready => {
+                            // The member was there to take: the key's quota refused the claim.
+                            self.push_front(member);
+                            if let (Some(limit), Some(owner)) =
+                                (limit, claimed.owner_key_id.as_deref())
+                            {
+                                let live = service.store.count_live_sandboxes(owner).await?;
+                                if live >= limit as i64 {
+                                    return Err(SandboxError::Quota { live, limit });
+                                }
+                            }
+                        }
+                        Some(r) if r.pooled && r.status.is_live() => self.push(member),
+                        // Gone meanwhile (removed as dead): try the next one.
+                        _ => {}
                     }
-                    // Otherwise gone meanwhile (removed as dead): try the next one.
                 }
                 Err(error) => {
                     self.push_front(member);
@@ -268,6 +285,49 @@ mod tests {
         h.assert_nothing_leaks().await;
     }
 
+    /// The key's quota is counted by the claim's own write (issue 28 §4: one round trip): at
+    /// the limit, a claim is refused with the quota error and the member stays in the pool,
+    /// still a member, for the next caller.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claim_over_the_keys_quota_leaves_the_member_in_the_pool() {
+        let h = Harness::with_flags(&["--pool-size", "3", "--max-sandboxes-per-key", "2"]).await;
+        let members = h.fill_pool(3).await;
+        for _ in 0..2 {
+            let (_, source) = h
+                .sandboxes
+                .create(OWNER, CreateSpec::default())
+                .await
+                .unwrap();
+            assert_eq!(source, Source::Pool);
+        }
+        let refused = h.sandboxes.create(OWNER, CreateSpec::default()).await;
+        assert!(
+            matches!(refused, Err(SandboxError::Quota { live: 2, limit: 2 })),
+            "{refused:?}"
+        );
+        let queued: Vec<String> = h
+            .sandboxes
+            .pool
+            .ready
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.id.clone())
+            .collect();
+        assert_eq!(queued.len(), 1);
+        assert!(members.iter().any(|m| m.id == queued[0]));
+        let row = h.row(&queued[0]).await.unwrap();
+        assert!(row.pooled && row.owner_key_id.is_none(), "{row:?}");
+        // Another key still gets it.
+        let (other, source) = h
+            .sandboxes
+            .create("another-key", CreateSpec::default())
+            .await
+            .unwrap();
+        assert_eq!(source, Source::Pool);
+        assert_eq!(other.id, queued[0]);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_member_queued_twice_is_still_claimed_once() {
         let h = Harness::with_flags(&["--pool-size", "1"]).await;
@@ -276,8 +336,8 @@ mod tests {
 
         let pool = &h.sandboxes.pool;
         let (first, second) = tokio::join!(
-            pool.claim(&h.sandboxes, |id| claimed(&h, id)),
-            pool.claim(&h.sandboxes, |id| claimed(&h, id)),
+            pool.claim(&h.sandboxes, None, |id| claimed(&h, id)),
+            pool.claim(&h.sandboxes, None, |id| claimed(&h, id)),
         );
 
         let winners: Vec<_> = [first.unwrap(), second.unwrap()]

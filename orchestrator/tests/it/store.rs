@@ -191,9 +191,15 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     let mut claim = sandbox("sbx-p", Some("key-3"), false);
     claim.created_at = 7_000;
     claim.expires_at = 8_000;
-    assert!(store.claim_pooled(&claim).await?);
+    // The key's quota is counted by the claim's own statement: at its limit, nothing changes.
     assert!(
-        !store.claim_pooled(&claim).await?,
+        !store.claim_pooled(&claim, Some(0)).await?,
+        "a key at its quota claims nothing"
+    );
+    assert!(store.sandbox("sbx-p").await?.context("p")?.pooled);
+    assert!(store.claim_pooled(&claim, Some(1)).await?);
+    assert!(
+        !store.claim_pooled(&claim, None).await?,
         "a second claim of the same member fails"
     );
     let claimed = store.sandbox("sbx-p").await?.context("p")?;

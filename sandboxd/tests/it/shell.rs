@@ -1191,10 +1191,32 @@ async fn cleanup_and_kill_end_every_process_200_times() {
         }
         started.push((n, pid));
     }
-    eventually("every process the 200 sessions started is gone", || {
-        started.iter().all(|&(_, pid)| gone(pid))
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let left: Vec<&(usize, i32)> = started.iter().filter(|(_, pid)| !gone(*pid)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let described: Vec<String> = left
+                .iter()
+                .map(|&&(n, pid)| {
+                    format!(
+                        "session rep-{n} ({}, `{}`): {}",
+                        if n % 2 == 0 { "removed" } else { "killed" },
+                        commands[n % commands.len()],
+                        describe(pid)
+                    )
+                })
+                .collect();
+            panic!(
+                "{} of 200 background processes outlived their session:\n{}",
+                left.len(),
+                described.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 // ---- The bash pipe API, `/v1/bash/*`: the same sessions, stdout and stderr apart. ----

@@ -135,6 +135,10 @@ const COMMAND_BUILDERS: &[(&str, &str)] = &[
         "the bash of a shutdown hook, spawned through the reaper",
     ),
     (
+        "sandboxd/src/files/document.rs",
+        "Poppler's pdfinfo and pdftotext reading a PDF as the agent, spawned through the reaper",
+    ),
+    (
         "sandboxd/src/shell/zygote.rs",
         "the zygote bash that forks ready shells, spawned through the reaper",
     ),
