@@ -84,7 +84,7 @@ pub enum PageRecordError {
         source: std::io::Error,
     },
     #[error("the browser: {0}")]
-    Browser(String),
+    Browser(#[from] crate::browser::BrowserError),
 }
 
 /// Where the recorder is.
@@ -231,7 +231,7 @@ impl PageRecorder {
             Ok(listener) => listener,
             Err(error) => {
                 kill();
-                return Err(PageRecordError::Browser(error.to_string()));
+                return Err(crate::browser::BrowserError::from(error).into());
             }
         };
         let params = StartScreencastParams::builder()
@@ -240,7 +240,7 @@ impl PageRecorder {
             .build();
         if let Err(error) = page.execute(params).await {
             kill();
-            return Err(PageRecordError::Browser(error.to_string()));
+            return Err(crate::browser::BrowserError::from(error).into());
         }
         let paused = Arc::new(AtomicBool::new(false));
         let frames = Arc::new(AtomicU64::new(0));

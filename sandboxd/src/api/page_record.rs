@@ -154,6 +154,11 @@ fn record_error(error: PageRecordError) -> ApiError {
             ApiError::conflict(message)
         }
         PageRecordError::Spawn { .. } => ApiError::internal(message),
-        PageRecordError::Browser(_) => ApiError::unavailable(message),
+        // As every browser route answers: 409 when the tab went away meanwhile, 503 while the
+        // browser is down, 502 when it refused the command.
+        PageRecordError::Browser(error) => ApiError {
+            message,
+            ..ApiError::from(error)
+        },
     }
 }

@@ -143,6 +143,7 @@ impl From<CdpError> for BrowserError {
                 if message.contains("Session with given id not found")
                     || message.contains("No target with given id")
                     || message.contains("Target closed")
+                    || message.contains("Not attached to an active page")
                 {
                     Self::TabGone(message)
                 } else if is_page_change(&message) {
