@@ -390,14 +390,25 @@ pub fn terminate_jobs(
         return true;
     }
     let mut tracker = Tracker::new(jobs, &scan(), sessions_trusted);
+    // One empty look is no proof that nothing is left: a process in the middle of an `execve`
+    // has no readable environment (so no marker) for an instant, and one that has just left the
+    // command's session by `setsid` is then found by nothing else. (A CI run caught a `setsid
+    // sleep &` surviving a kill that way.) Nothing is taken as gone until a second look, a poll
+    // later, agrees.
     if tracker.signal(first) == 0 {
-        return true;
+        std::thread::sleep(POLL);
+        if tracker.signal(first) == 0 {
+            return true;
+        }
     }
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         std::thread::sleep(POLL);
         if tracker.scan(&scan()).is_empty() {
-            return true;
+            std::thread::sleep(POLL);
+            if tracker.signal(first) == 0 {
+                return true;
+            }
         }
     }
     let deadline = Instant::now() + KILL_WAIT;
