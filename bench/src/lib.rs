@@ -375,7 +375,17 @@ impl Drop for OrchestratorServer {
                 let _ = docker(&["rm", "-f", "-v", id]);
             }
         }
-        let _ = docker(&["network", "rm", &self.network]);
+        if let Ok(networks) = docker(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=agentbox.instance={}", self.instance),
+        ]) {
+            for network in networks.split_whitespace() {
+                let _ = docker(&["network", "rm", network]);
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.data);
     }
 }

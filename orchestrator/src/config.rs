@@ -58,9 +58,18 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allowed_images: Vec<String>,
-    /// Docker bridge network for sandboxes (created with inter-container traffic disabled).
+    /// Name prefix of the sandbox networks: each sandbox gets a bridge network of its own,
+    /// `<network>-<sandbox id>`, so no two sandboxes share a link or a resolver.
     #[arg(long, env = "AGENTBOX_NETWORK", default_value = "agentbox")]
     pub network: String,
+    /// The address range the sandbox networks are cut from, a /28 each (4,096 sandboxes in the
+    /// default /16). Pick a range nothing on the host's networks uses.
+    #[arg(
+        long = "sandbox-subnets",
+        env = "AGENTBOX_SANDBOX_SUBNETS",
+        default_value = "10.222.0.0/16"
+    )]
+    pub sandbox_subnets: String,
     /// Label value marking this orchestrator's containers. Default: an id kept in the database,
     /// so a restart with the same data adopts its containers.
     #[arg(long, env = "AGENTBOX_INSTANCE")]
@@ -174,6 +183,7 @@ pub struct Settings {
     pub image: String,
     pub allowed_images: Vec<String>,
     pub network: String,
+    pub sandbox_subnets: ipnet::Ipv4Net,
     pub instance: Option<String>,
     pub pool_size: usize,
     pub max_concurrent_starts: usize,
@@ -269,6 +279,26 @@ impl ServeArgs {
         if self.network.is_empty() {
             return Err(invalid("network", "must not be empty"));
         }
+        let sandbox_subnets = self
+            .sandbox_subnets
+            .trim()
+            .parse::<ipnet::Ipv4Net>()
+            .map_err(|_| {
+                invalid(
+                    "sandbox-subnets",
+                    format!("{:?} is not an IPv4 CIDR range", self.sandbox_subnets),
+                )
+            })?
+            .trunc();
+        if sandbox_subnets.prefix_len() > crate::backend::docker::SANDBOX_SUBNET_PREFIX {
+            return Err(invalid(
+                "sandbox-subnets",
+                format!(
+                    "must hold at least one /{} (a sandbox's network)",
+                    crate::backend::docker::SANDBOX_SUBNET_PREFIX
+                ),
+            ));
+        }
         let database_url = match self.database_url.filter(|u| !u.is_empty()) {
             Some(url)
                 if url.starts_with("postgres://")
@@ -328,6 +358,7 @@ impl ServeArgs {
                 .filter(|i| !i.is_empty())
                 .collect(),
             network: self.network,
+            sandbox_subnets,
             instance: self.instance.filter(|i| !i.is_empty()),
             pool_size: self.pool_size,
             max_concurrent_starts: if self.max_concurrent_starts == 0 {
@@ -364,5 +395,44 @@ impl ServeArgs {
             egress: self.egress,
             egress_allow,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn settings(flags: &[&str]) -> Result<Settings, ConfigError> {
+        let mut args = vec!["orchestrator"];
+        args.extend_from_slice(flags);
+        Cli::try_parse_from(args)
+            .expect("the flags parse")
+            .serve
+            .settings()
+    }
+
+    #[test]
+    fn sandbox_subnets_must_be_a_range_holding_a_sandbox_network() {
+        let default = settings(&[]).expect("the defaults are valid");
+        assert_eq!(default.sandbox_subnets.to_string(), "10.222.0.0/16");
+        let loose = settings(&["--sandbox-subnets", "10.9.8.7/20"]).expect("valid");
+        assert_eq!(
+            loose.sandbox_subnets.to_string(),
+            "10.9.0.0/20",
+            "the network's own address"
+        );
+        for bad in ["", "10.0.0.0", "10.0.0.0/29", "fd00::/64", "ten"] {
+            let error = settings(&["--sandbox-subnets", bad])
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} is refused"));
+            assert_eq!(error.flag, "sandbox-subnets", "{bad:?}: {error}");
+        }
     }
 }

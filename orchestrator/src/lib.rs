@@ -150,13 +150,14 @@ async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
 
     let backend = DockerBackend::connect(
         &settings.network,
+        settings.sandbox_subnets,
         &instance,
         settings.egress,
         settings.egress_allow.clone(),
     )
     .await?;
     backend.prepare().await?;
-    tracing::info!(network = %settings.network, egress = ?settings.egress, "Docker ready");
+    tracing::info!(network = %settings.network, subnets = %settings.sandbox_subnets, egress = ?settings.egress, "Docker ready");
     let backend: Arc<dyn Backend> = Arc::new(backend);
 
     let listener = tokio::net::TcpListener::bind(settings.listen)

@@ -58,5 +58,7 @@ class OrchestratorProcess:
         ids = docker("ps", "-aq", "--filter", f"label=agentbox.instance={self.instance}").stdout.split()
         if ids:
             docker("rm", "-f", "-v", *ids)
-        docker("network", "rm", self.network)
+        networks = docker("network", "ls", "-q", "--filter", f"label=agentbox.instance={self.instance}").stdout.split()
+        if networks:
+            docker("network", "rm", *networks)
         self.data.cleanup()

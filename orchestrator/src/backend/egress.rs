@@ -2,8 +2,11 @@
 //!
 //! An agent in a sandbox is an attacker: it must reach neither this host (the orchestrator, the
 //! Docker API if exposed on TCP, anything listening on 0.0.0.0), nor other sandboxes, nor
-//! private networks and cloud metadata (169.254.169.254). Two chains per sandbox network,
-//! hooked on the network's bridge interface:
+//! private networks and cloud metadata (169.254.169.254). Every sandbox has a bridge network
+//! of its own, and every such bridge's interface name starts with one prefix per orchestrator
+//! network name ([`bridge_prefix`]), so two chains serve them all, hooked on that prefix
+//! (iptables' `-i abxxxxxx+`) and so in force for a sandbox's bridge from the moment Docker
+//! creates it:
 //!
 //! - `ABX-F-<hash>` in `DOCKER-USER` and `FORWARD` (both: Docker re-inserts its jump to
 //!   `DOCKER-USER` now and then, see [`apply`]): traffic leaving through the host. Replies
@@ -16,8 +19,8 @@
 //!
 //! The rules are rebuilt at every start (idempotent), and stay in place while the orchestrator
 //! is down, since sandboxes keep running. DNS keeps working: Docker's resolver for a
-//! container answers inside the container's own network namespace. IPv4 only: sandbox networks
-//! are created without IPv6.
+//! container answers inside the container's own network namespace (and, on a network of one
+//! container, knows no one else). IPv4 only: sandbox networks are created without IPv6.
 
 use std::net::Ipv4Addr;
 
@@ -63,25 +66,41 @@ pub enum EgressError {
     Failed { args: String, message: String },
 }
 
-/// The rules for one network.
+/// The rules for one orchestrator's sandbox networks.
 #[derive(Debug, Clone)]
 pub struct EgressRules {
-    /// The network's bridge interface on the host.
-    pub bridge: String,
+    /// The bridge interfaces on the host, as iptables matches them: a prefix and `+`.
+    pub interfaces: String,
     pub policy: EgressPolicy,
     pub allow: Vec<Ipv4Net>,
 }
 
-/// The bridge interface name a sandbox network gets: `abx-` and a hash of the network's name
-/// (interface names are at most 15 bytes).
-pub fn bridge_name(network: &str) -> String {
+/// What every sandbox bridge of the orchestrator network name `network` starts with: `ab` and
+/// 6 hex digits of a hash of the name (8 bytes).
+pub fn bridge_prefix(network: &str) -> String {
     format!(
-        "abx-{}",
-        hex::encode(&Sha256::digest(network.as_bytes())[..5])
+        "ab{}",
+        hex::encode(&Sha256::digest(network.as_bytes())[..3])
     )
 }
 
+/// The bridge interface of one sandbox's network: [`bridge_prefix`] and 7 hex digits of a hash
+/// of the sandbox id (15 bytes, the most an interface name may have).
+pub fn bridge_name(network: &str, sandbox_id: &str) -> String {
+    let hash = hex::encode(&Sha256::digest(sandbox_id.as_bytes())[..4]);
+    format!("{}{}", bridge_prefix(network), &hash[..7])
+}
+
 impl EgressRules {
+    /// The rules for every sandbox bridge of the orchestrator network name `network`.
+    pub fn for_network(network: &str, policy: EgressPolicy, allow: Vec<Ipv4Net>) -> Self {
+        Self {
+            interfaces: format!("{}+", bridge_prefix(network)),
+            policy,
+            allow,
+        }
+    }
+
     /// The iptables commands that unhook and delete both chains (when a network is removed for
     /// good); each may fail harmlessly if already done.
     pub fn teardown_commands(&self) -> Vec<Vec<String>> {
@@ -89,9 +108,23 @@ impl EgressRules {
         let input = self.input_chain();
         let mut commands = Vec::new();
         for parent in ["DOCKER-USER", "FORWARD"] {
-            commands.push(strings(&["-D", parent, "-i", &self.bridge, "-j", &forward]));
+            commands.push(strings(&[
+                "-D",
+                parent,
+                "-i",
+                &self.interfaces,
+                "-j",
+                &forward,
+            ]));
         }
-        commands.push(strings(&["-D", "INPUT", "-i", &self.bridge, "-j", &input]));
+        commands.push(strings(&[
+            "-D",
+            "INPUT",
+            "-i",
+            &self.interfaces,
+            "-j",
+            &input,
+        ]));
         for chain in [&forward, &input] {
             commands.push(strings(&["-F", chain]));
             commands.push(strings(&["-X", chain]));
@@ -100,7 +133,7 @@ impl EgressRules {
     }
 
     fn suffix(&self) -> String {
-        hex::encode(&Sha256::digest(self.bridge.as_bytes())[..4])
+        hex::encode(&Sha256::digest(self.interfaces.as_bytes())[..4])
     }
 
     /// The chain for traffic through the host.
@@ -230,7 +263,7 @@ fn strings(args: &[&str]) -> Vec<String> {
 /// Builds (or rebuilds) the chains and hooks them in, first in their parent chains.
 pub async fn apply(rules: &EgressRules) -> Result<(), EgressError> {
     if rules.policy == EgressPolicy::Unrestricted {
-        tracing::warn!(bridge = %rules.bridge, "--egress unrestricted: sandboxes can reach this host, other sandboxes and private networks");
+        tracing::warn!(interfaces = %rules.interfaces, "--egress unrestricted: sandboxes can reach this host, other sandboxes and private networks");
         return Ok(());
     }
     let forward = rules.forward_chain();
@@ -258,7 +291,7 @@ pub async fn apply(rules: &EgressRules) -> Result<(), EgressError> {
     hooks.push(("FORWARD", &forward));
     hooks.push(("INPUT", &input));
     for (parent, chain) in hooks {
-        let hook = strings(&["-i", &rules.bridge, "-j", chain]);
+        let hook = strings(&["-i", &rules.interfaces, "-j", chain]);
         let mut check = strings(&["-C", parent]);
         check.extend(hook.iter().cloned());
         if !succeeds(&check).await? {
@@ -267,7 +300,7 @@ pub async fn apply(rules: &EgressRules) -> Result<(), EgressError> {
             must(&insert).await?;
         }
     }
-    tracing::info!(bridge = %rules.bridge, policy = ?rules.policy, allow = ?rules.allow, "egress rules in place");
+    tracing::info!(interfaces = %rules.interfaces, policy = ?rules.policy, allow = ?rules.allow, "egress rules in place");
     Ok(())
 }
 
@@ -286,7 +319,7 @@ mod tests {
     #[test]
     fn public_policy_drops_private_ranges_and_the_host() {
         let rules = EgressRules {
-            bridge: "abx-12345678".into(),
+            interfaces: "ab123456+".into(),
             policy: EgressPolicy::Public,
             allow: vec!["10.9.0.0/16".parse().unwrap()],
         };
@@ -310,7 +343,7 @@ mod tests {
     #[test]
     fn none_policy_drops_everything() {
         let rules = EgressRules {
-            bridge: "abx-1".into(),
+            interfaces: "ab000001+".into(),
             policy: EgressPolicy::None,
             allow: vec![],
         };
@@ -326,7 +359,7 @@ mod tests {
     #[test]
     fn the_chains_are_rebuilt_in_one_transaction() {
         let rules = EgressRules {
-            bridge: "abx-1".into(),
+            interfaces: "ab000001+".into(),
             policy: EgressPolicy::Public,
             allow: vec!["10.9.0.0/16".parse().unwrap()],
         };
@@ -346,6 +379,29 @@ mod tests {
                 .flatten()
                 .all(|a| !a.contains(char::is_whitespace))
         );
+    }
+
+    #[test]
+    fn every_sandbox_bridge_of_a_network_matches_its_rules_and_no_other_networks() {
+        let rules = EgressRules::for_network("agentbox", EgressPolicy::Public, vec![]);
+        let prefix = rules.interfaces.trim_end_matches('+');
+        assert_eq!(rules.interfaces, format!("{prefix}+"));
+        for sandbox in ["sbx_1", "sbx_2", "a-much-longer-sandbox-id-than-usual"] {
+            let bridge = bridge_name("agentbox", sandbox);
+            assert_eq!(
+                bridge.len(),
+                15,
+                "{bridge}: the most an interface name may have"
+            );
+            assert!(bridge.starts_with(prefix), "{bridge}");
+            assert!(!bridge_name("agentbox-other", sandbox).starts_with(prefix));
+        }
+        assert_ne!(
+            bridge_name("agentbox", "sbx_1"),
+            bridge_name("agentbox", "sbx_2")
+        );
+        // Docker's own bridges never match.
+        assert!(!"docker0".starts_with(prefix) && !"br-0123456789ab".starts_with(prefix));
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub struct ContainerSpec {
 #[derive(Debug, Clone)]
 pub struct Started {
     pub container_id: String,
-    /// IP address on the sandbox network.
+    /// IP address on the sandbox's network.
     pub address: String,
 }
 
@@ -67,7 +67,7 @@ pub enum BackendError {
 /// What the lifecycle needs from a container platform.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {
-    /// One-time setup (network); idempotent.
+    /// One-time setup (the egress rules); idempotent.
     async fn prepare(&self) -> Result<(), BackendError>;
     /// Creates the container, delivers the key file, starts it and returns its address.
     /// On failure nothing is left behind.
@@ -80,4 +80,10 @@ pub trait Backend: Send + Sync {
     async fn inspect(&self, container_id: &str) -> Result<Option<ContainerInfo>, BackendError>;
     /// The last lines of a container's output (for failure reports).
     async fn logs_tail(&self, container_id: &str, lines: usize) -> Result<String, BackendError>;
+    /// Removes what this instance's containers left behind when they went away without it (a
+    /// container whose dead-man switch fired while the orchestrator was down takes itself
+    /// away, not its network). Called at start and now and then by the reaper.
+    async fn collect_garbage(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }

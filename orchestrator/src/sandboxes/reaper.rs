@@ -2,7 +2,8 @@
 //!
 //! - the **reaper** (every `--reaper-interval-ms`) removes sandboxes past their absolute
 //!   lifetime or idle longer than their idle timeout, retries failed deletions, and drops the
-//!   records of lost sandboxes after the retention period;
+//!   records of lost sandboxes after the retention period; once a minute it has the platform
+//!   remove what gone containers left behind (their networks);
 //! - the **heartbeat** (every `--heartbeat-secs`) calls `GET /v1/activity` on every live
 //!   sandbox, which keeps its dead-man switch from firing; work in flight inside the sandbox
 //!   (running commands, open terminals) counts as activity; sandboxd's readiness moves the
@@ -29,15 +30,25 @@ use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus};
 /// How often the session sweeper re-checks open sessions.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// How often the reaper asks the platform to remove what gone containers left behind.
+const COLLECT_GARBAGE_EVERY: Duration = Duration::from_secs(60);
+
 impl Sandboxes {
     /// Runs the reaper until the process ends.
     pub async fn reap_forever(self: Arc<Self>) {
         let mut tick = tokio::time::interval(self.settings.reaper_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_collection = tokio::time::Instant::now();
         loop {
             tick.tick().await;
             if let Err(error) = self.reap_once().await {
                 tracing::warn!(%error, "reaper pass failed");
+            }
+            if last_collection.elapsed() >= COLLECT_GARBAGE_EVERY {
+                last_collection = tokio::time::Instant::now();
+                if let Err(error) = self.backend.collect_garbage().await {
+                    tracing::warn!(%error, "collecting what gone containers left failed");
+                }
             }
         }
     }

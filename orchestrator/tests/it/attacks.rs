@@ -1166,22 +1166,37 @@ async fn finding_8_sandboxes_reach_the_internet_but_not_the_host_or_private_netw
     let other_id = other["id"].as_str().context("id")?;
     let other_ip = container_ip(other_id)?;
     assert!(!reaches(&id, &format!("http://{other_ip}:8080/healthz")));
-    // Nor named (attack review, issue 28: reverse DNS in a sandbox named other sandboxes):
-    // its sandbox id is in no record, by address or by the name it used to have. (Docker still
-    // answers a reverse lookup with the container's short id, an alias it gives every container
-    // on a user-defined network; SECURITY.md says so.)
+    // Nor known to the resolver at all (attack review, issue 28: reverse DNS in a sandbox named
+    // other sandboxes): no record for its address, its container's short id (an alias Docker
+    // gives every container on a user-defined network) or its name.
+    let other_short_id: String = container_name(other_id).chars().take(12).collect();
     let lookups = docker(&[
         "exec",
         &container_name(&id),
         "sh",
         "-c",
-        &format!("getent hosts {other_ip}; getent hosts agentbox-{other_id}; echo looked up"),
+        &format!(
+            "getent hosts {other_ip}; getent hosts {other_short_id}; \
+             getent hosts agentbox-{other_id}; echo looked up"
+        ),
     ])?;
-    assert!(
-        !lookups.contains(other_id),
-        "another sandbox is named in DNS: {lookups}"
+    assert_eq!(
+        lookups.trim(),
+        "looked up",
+        "another sandbox is in this one's DNS"
     );
-    assert!(lookups.ends_with("looked up"), "{lookups}");
+    // The premise: those lookups reached Docker's resolver, which does answer for the sandbox
+    // itself (its own address, asked of 127.0.0.11 directly, not /etc/hosts).
+    let own_ip = container_ip(&id)?;
+    assert!(
+        ptr_answers(&id, &own_ip)? > 0,
+        "Docker's resolver answers for the sandbox's own address"
+    );
+    assert_eq!(
+        ptr_answers(&id, &other_ip)?,
+        0,
+        "Docker's resolver names another sandbox's address"
+    );
     // The orchestrator itself still reaches its sandboxes.
     let (status, _) = public
         .get(&format!("/v1/sandboxes/{id}/api/readyz"))
@@ -1201,6 +1216,29 @@ async fn finding_8_sandboxes_reach_the_internet_but_not_the_host_or_private_netw
     );
     assert!(!reaches(&id, &allowed_host));
     Ok(())
+}
+
+/// How many answers Docker's resolver (127.0.0.11, asked from inside sandbox `id`) gives to a
+/// reverse lookup of `address` (an address it knows no record for is asked of the host's
+/// resolvers, which may not answer in time: none).
+fn ptr_answers(id: &str, address: &str) -> anyhow::Result<u16> {
+    const QUERY: &str = "import socket, struct, sys
+name = '.'.join(reversed(sys.argv[1].split('.'))) + '.in-addr.arpa'
+question = b''.join(bytes([len(p)]) + p.encode() for p in name.split('.')) + b'\\0'
+query = struct.pack('>6H', 0x4242, 0x0100, 1, 0, 0, 0) + question + struct.pack('>2H', 12, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+s.sendto(query, ('127.0.0.11', 53))
+try:
+    print(struct.unpack('>H', s.recv(4096)[6:8])[0])
+except socket.timeout:
+    print(0)  # asked upstream, which did not answer
+";
+    let answers = docker(&["exec", &container_name(id), "python3", "-c", QUERY, address])?;
+    answers
+        .trim()
+        .parse()
+        .with_context(|| format!("the resolver's answer count: {answers}"))
 }
 
 /// Puts Docker's `FORWARD -j DOCKER-USER` jump back where Docker keeps it, even when the test

@@ -102,10 +102,9 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
     assert!(c["HostConfig"]["Memory"].as_i64().unwrap() > 0);
     assert!(c["HostConfig"]["NanoCpus"].as_i64().unwrap() > 0);
     assert!(c["HostConfig"]["ShmSize"].as_i64().unwrap() > 64 * 1024 * 1024);
-    assert_eq!(
-        c["HostConfig"]["NetworkMode"],
-        orchestrator.network.as_str()
-    );
+    // A network of its own (issue 28: no shared link or resolver between sandboxes).
+    let own_network = format!("{}-{id}", orchestrator.network);
+    assert_eq!(c["HostConfig"]["NetworkMode"], own_network.as_str());
     assert!(
         c["HostConfig"]["PortBindings"]
             .as_object()
@@ -130,12 +129,20 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
         "the stream the key came on is gone from sandboxd's standard input"
     );
     assert_disk_is_bounded(&id, &exec)?;
-    let network: Value =
-        serde_json::from_str(&docker(&["network", "inspect", &orchestrator.network])?)?;
+    let network: Value = serde_json::from_str(&docker(&["network", "inspect", &own_network])?)?;
     assert_eq!(
         network[0]["Options"]["com.docker.network.bridge.enable_icc"],
         "false"
     );
+    let subnet = network[0]["IPAM"]["Config"][0]["Subnet"]
+        .as_str()
+        .context("subnet")?;
+    assert!(
+        subnet.starts_with("10.222.") && subnet.ends_with("/28"),
+        "a /28 of --sandbox-subnets: {subnet}"
+    );
+    let members = network[0]["Containers"].as_object().context("containers")?;
+    assert_eq!(members.len(), 1, "the sandbox alone: {members:?}");
 
     // List with filters.
     let (status, list) = orchestrator
@@ -229,9 +236,13 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
         "{error}"
     );
 
-    // Delete: container and record gone.
+    // Delete: container, its network and record gone.
     assert_eq!(orchestrator.delete(&id).await?, 204);
     assert!(!container_exists(&id));
+    assert!(
+        docker(&["network", "inspect", &own_network]).is_err(),
+        "the sandbox's network went with it"
+    );
     let (status, error) = orchestrator.get(&format!("/v1/sandboxes/{id}")).await?;
     assert_eq!(status, 404);
     assert_eq!(error["error"]["code"], "not_found");
@@ -839,7 +850,7 @@ async fn kill_9_and_restart_adopts_live_sandboxes_and_removes_orphans() -> anyho
         "--label",
         "agentbox.sandbox_id=sbx-orphan",
         "--network",
-        &orchestrator.network,
+        "none",
         &agentbox_tests::sandbox_image(),
     ])?;
     orchestrator.restart()?;
@@ -863,6 +874,15 @@ async fn kill_9_and_restart_adopts_live_sandboxes_and_removes_orphans() -> anyho
     assert!(
         docker(&["inspect", &orphan]).is_err(),
         "the orphan was removed"
+    );
+    assert!(
+        docker(&[
+            "network",
+            "inspect",
+            &format!("{}-{vanished_id}", orchestrator.network)
+        ])
+        .is_err(),
+        "the network the vanished container left behind was swept at start"
     );
     // Heartbeats resumed: the adopted sandbox outlives its dead-man switch (15 s).
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -1075,7 +1095,7 @@ impl InstanceCleanup {
 impl Drop for InstanceCleanup {
     fn drop(&mut self) {
         Self::remove_containers(&self.instance);
-        let _ = docker(&["network", "rm", &self.network]);
+        common::remove_networks(&self.instance);
         common::remove_egress_rules(&self.network);
     }
 }

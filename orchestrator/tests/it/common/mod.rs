@@ -307,8 +307,23 @@ impl Drop for Orchestrator {
         for id in self.containers() {
             let _ = docker(&["rm", "-f", "-v", &id]);
         }
-        let _ = docker(&["network", "rm", &self.network]);
+        remove_networks(&self.instance);
         remove_egress_rules(&self.network);
+    }
+}
+
+/// Removes every sandbox network of an orchestrator instance (each sandbox has its own).
+pub fn remove_networks(instance: &str) {
+    if let Ok(names) = docker(&[
+        "network",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=agentbox.instance={instance}"),
+    ]) {
+        for name in names.split_whitespace() {
+            let _ = docker(&["network", "rm", name]);
+        }
     }
 }
 
@@ -316,11 +331,11 @@ impl Drop for Orchestrator {
 // Runs the host's iptables and waits for it (the test process reaps only its own children).
 #[allow(clippy::disallowed_methods)]
 pub fn remove_egress_rules(network: &str) {
-    let rules = orchestrator::backend::egress::EgressRules {
-        bridge: orchestrator::backend::egress::bridge_name(network),
-        policy: orchestrator::backend::egress::EgressPolicy::Public,
-        allow: Vec::new(),
-    };
+    let rules = orchestrator::backend::egress::EgressRules::for_network(
+        network,
+        orchestrator::backend::egress::EgressPolicy::Public,
+        Vec::new(),
+    );
     for args in rules.teardown_commands() {
         let _ = Command::new("iptables")
             .arg("-w")
