@@ -43,10 +43,21 @@ async function update() {
   return sandbox;
 }
 
+// The first read, asked again while the failure may pass (the orchestrator unreachable for a
+// moment, a 5xx): one failed read left the page without a desktop for good.
+async function firstUpdate() {
+  for (let attempt = 0; ; attempt += 1) {
+    const result = await update();
+    if (result !== true || attempt >= 20) return result;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(500 * 2 ** attempt, 5000)));
+  }
+}
+
 async function main() {
   shell();
-  const sandbox = await update();
+  const sandbox = await firstUpdate();
   if (!sandbox || sandbox === true) return;
+  $('error').textContent = '';
   if (sandbox.status !== 'ready' && sandbox.status !== 'degraded') {
     $('desktop-section').replaceChildren(el('p', { class: 'notice warn' }, `The sandbox is ${sandbox.status}: no live desktop.`));
     return;

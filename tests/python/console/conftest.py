@@ -168,6 +168,48 @@ def orchestrator():
     server.close()
 
 
+# What the browser's pages saw during the current test (console messages, script errors,
+# failed requests and error answers), printed with the orchestrator's last log lines when the
+# test fails: a page stuck at "loading" then says which request it waited for or lost.
+JOURNAL = []
+
+
+def _watch(page):
+    name = lambda: page.url.split("/", 3)[-1] if page.url.count("/") >= 3 else page.url  # noqa: E731
+    page.on("console", lambda m: JOURNAL.append(f"[{name()}] console.{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: JOURNAL.append(f"[{name()}] script error: {e}"))
+    page.on("requestfailed", lambda r: JOURNAL.append(f"[{name()}] failed: {r.method} {r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and JOURNAL.append(f"[{name()}] {r.status}: {r.request.method} {r.url}"))
+
+
+class WatchedBrowser:
+    """The Playwright browser, with every page of every context it makes watched."""
+
+    def __init__(self, browser):
+        self._browser = browser
+
+    def new_context(self, **kwargs):
+        context = self._browser.new_context(**kwargs)
+        context.on("page", _watch)
+        return context
+
+    def __getattr__(self, name):
+        return getattr(self._browser, name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "setup":
+        JOURNAL.clear()
+    if report.when == "call" and report.failed:
+        report.sections.append(("what the browser's pages saw", "\n".join(JOURNAL[-200:]) or "nothing"))
+        server = item.funcargs.get("orchestrator")
+        if server is not None:
+            report.sections.append(("the orchestrator's last log lines", "".join(server.logs[-150:])))
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
@@ -176,7 +218,7 @@ def browser():
         raise RuntimeError(f"{executable} is missing: apt-get install chromium (Debian's package)")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield browser
+        yield WatchedBrowser(browser)
         browser.close()
 
 
