@@ -88,10 +88,6 @@ const SQLITE_LOCKED: i32 = 6;
 /// 503 with `Retry-After` instead of holding the request.
 const SQLITE_BUSY_TIMEOUT: &str = "PRAGMA busy_timeout = 2000";
 
-/// How often the SQLite write-ahead log is copied back into the database file, off the
-/// writers' path ([`Store::connect`]).
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// How long a call waits for a pooled connection before it fails as busy.
 const POOL_ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -319,32 +315,12 @@ fn migrator() -> sqlx::migrate::Migrator {
     )
 }
 
-/// Copies SQLite's write-ahead log back into the database file every [`CHECKPOINT_EVERY`],
-/// on a reader's connection, until the pool closes. `PASSIVE`: it waits for no reader or
-/// writer, and a writer keeps appending meanwhile.
-async fn checkpoint_until_closed(pool: AnyPool) {
-    let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if pool.is_closed() {
-            return;
-        }
-        if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .execute(&pool)
-            .await
-        {
-            tracing::debug!(%error, "checkpoint of the write-ahead log failed; next time");
-        }
-    }
-}
-
 impl Store {
     /// Connects and applies the migrations.
     pub async fn connect(url: &str) -> Result<Self> {
         sqlx::any::install_default_drivers();
         let is_sqlite = url.starts_with("sqlite:");
-        let connect = |max_connections: u32, writes: bool| {
+        let connect = |max_connections: u32| {
             AnyPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(POOL_ACQUIRE_TIMEOUT)
@@ -358,14 +334,6 @@ impl Store {
                             connection.execute("PRAGMA journal_mode = WAL").await?;
                             connection.execute(SQLITE_BUSY_TIMEOUT).await?;
                             connection.execute("PRAGMA synchronous = NORMAL").await?;
-                            if writes {
-                                // The commit that fills the log past SQLite's threshold copies
-                                // it back and syncs both files, on the committing request's
-                                // path: under disk load that sync took a warm-pool claim
-                                // from 1 ms to 50-200 ms (issue 28). A background task does
-                                // it instead (below).
-                                connection.execute("PRAGMA wal_autocheckpoint = 0").await?;
-                            }
                         }
                         Ok(())
                     })
@@ -378,17 +346,14 @@ impl Store {
         };
         let (pool, writer) = if is_sqlite {
             // The writer first: it creates the file and switches it to WAL before readers open.
-            let writer = connect(1, true).await.map_err(connect_error)?;
-            let pool = connect(8, false).await.map_err(connect_error)?;
+            let writer = connect(1).await.map_err(connect_error)?;
+            let pool = connect(8).await.map_err(connect_error)?;
             (pool, writer)
         } else {
-            let pool = connect(16, true).await.map_err(connect_error)?;
+            let pool = connect(16).await.map_err(connect_error)?;
             (pool.clone(), pool)
         };
         migrator().run(&writer).await?;
-        if is_sqlite {
-            tokio::spawn(checkpoint_until_closed(pool.clone()));
-        }
         Ok(Self {
             pool,
             writer,
@@ -966,44 +931,6 @@ fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Issue 28's claim tail: no write copies the log back (and syncs) on its own path; the
-    /// background checkpoint does, soon after.
-    #[tokio::test]
-    async fn sqlite_writes_leave_the_checkpoint_to_the_background() {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let store = Store::connect(&sqlite_url(dir.path()))
-            .await
-            .expect("connects");
-        let on_writer: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
-            .fetch_one(&store.writer)
-            .await
-            .expect("reads the pragma");
-        assert_eq!(on_writer, 0, "the writer never checkpoints by itself");
-        let database = dir.path().join("orchestrator.db");
-        let before = std::fs::metadata(&database).expect("the file").len();
-        // Past SQLite's own threshold (1,000 pages of 4 KiB).
-        let value = "x".repeat(3000);
-        for i in 0..1500 {
-            store
-                .setting_or_insert(&format!("filler-{i}"), &value)
-                .await
-                .expect("writes");
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            let now = std::fs::metadata(&database).expect("the file").len();
-            if now >= before + 1500 * 3000 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the database file never caught up with the log: {before} -> {now} bytes"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        store.close().await;
-    }
 
     #[test]
     fn urls_are_redacted() {
