@@ -290,12 +290,12 @@ impl ServeArgs {
                 )
             })?
             .trunc();
-        if sandbox_subnets.prefix_len() > crate::backend::docker::SANDBOX_SUBNET_PREFIX {
+        if sandbox_subnets.prefix_len() > crate::backend::networks::SANDBOX_SUBNET_PREFIX {
             return Err(invalid(
                 "sandbox-subnets",
                 format!(
                     "must hold at least one /{} (a sandbox's network)",
-                    crate::backend::docker::SANDBOX_SUBNET_PREFIX
+                    crate::backend::networks::SANDBOX_SUBNET_PREFIX
                 ),
             ));
         }

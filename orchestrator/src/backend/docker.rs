@@ -17,98 +17,44 @@
 //! no size option for a writable layer). The image's own test checks that nothing else on the
 //! root filesystem is writable to `agent`.
 //!
-//! Networks: every sandbox gets a bridge network of its own, `<network>-<sandbox id>`, on a
-//! /28 cut from `--sandbox-subnets` ([`SubnetPlan`]). Sandboxes share no link, so none reaches
-//! another (Docker isolates its bridges from each other, and the egress rules drop private
-//! ranges besides), and share no resolver: Docker's DNS answers a container with the names
-//! and addresses of its own networks' members, which here is the sandbox alone (attack
-//! review, issue 28: on one shared network, a reverse lookup named other sandboxes). Each
-//! bridge interface is named with one prefix per `--network` ([`egress::bridge_name`]), on
-//! which [`super::egress`] hangs the rules that keep sandboxes off this host, private ranges
-//! and cloud metadata. A network goes with its container; one left behind (a container that
-//! removed itself while the orchestrator was away) is swept by [`Backend::collect_garbage`].
+//! Networks: every sandbox is on a bridge network of its own ([`super::networks`]), with
+//! inter-container traffic disabled besides; its bridge carries the prefix on which
+//! [`super::egress`] hangs the rules that keep sandboxes off this host, private ranges and
+//! cloud metadata. The network goes with the container.
 //!
 //! Removal checks the container's instance label first: this backend never removes a container
 //! another orchestrator instance (or anyone else) made, whatever id it is handed.
 
-use std::collections::{HashMap, HashSet};
-use std::net::Ipv4Addr;
-use std::sync::Mutex;
+use std::collections::HashMap;
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, Ipam, IpamConfig, NetworkCreateRequest};
+use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use ipnet::Ipv4Net;
 
-use super::egress::{self, EgressPolicy, EgressRules};
+use super::egress::{EgressPolicy, EgressRules};
+use super::networks::{LABEL_NETWORK, SandboxNetworks, SubnetPlan};
 use super::{
     Backend, BackendError, ContainerInfo, ContainerSpec, KEY_FROM_STDIN, LABEL_INSTANCE,
     LABEL_MANAGED, LABEL_SANDBOX_ID, Started,
 };
 
-/// The bridge option naming the network's interface on the host.
-const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
-
-/// The prefix length of one sandbox's network: the network's own address, the gateway (this
-/// host), the sandbox, the broadcast address, and room to spare.
-pub const SANDBOX_SUBNET_PREFIX: u8 = 28;
-
-/// The label on a sandbox network naming the `--network` it belongs to.
-const LABEL_NETWORK: &str = "agentbox.network";
+/// How many empty sandbox networks are kept made ahead of the starts that need them.
+const SPARE_NETWORKS: usize = 2;
 
 /// The Docker Engine backend.
 pub struct DockerBackend {
     docker: Docker,
     /// The sandbox networks' name prefix (`--network`).
     network: String,
-    subnets: SubnetPlan,
+    networks: SandboxNetworks,
     instance: String,
     egress: EgressPolicy,
     egress_allow: Vec<ipnet::Ipv4Net>,
-    /// Networks made for a start still under way: they have no container yet, and the sweep
-    /// leaves them alone.
-    starting: Mutex<HashSet<String>>,
-    /// One network creation at a time in this process, so two starts never pick one subnet
-    /// (another process that does is refused by Docker, and the start tries the next).
-    creating: tokio::sync::Mutex<()>,
-}
-
-/// How sandbox networks are cut from `--sandbox-subnets`: the first /28 that no Docker network
-/// holds and that does not overlap one.
-#[derive(Debug, Clone, Copy)]
-pub struct SubnetPlan {
-    range: Ipv4Net,
-}
-
-impl SubnetPlan {
-    pub fn new(range: Ipv4Net) -> Self {
-        Self {
-            range: range.trunc(),
-        }
-    }
-
-    /// The free /28s in order, skipping every one that overlaps `taken`.
-    pub fn free<'a>(&self, taken: &'a [Ipv4Net]) -> impl Iterator<Item = Ipv4Net> + 'a {
-        let subnets = self
-            .range
-            .subnets(SANDBOX_SUBNET_PREFIX)
-            .map(|s| s.collect::<Vec<_>>())
-            .unwrap_or_default();
-        subnets.into_iter().filter(move |candidate| {
-            !taken
-                .iter()
-                .any(|t| t.contains(&candidate.network()) || candidate.contains(&t.network()))
-        })
-    }
-
-    /// The gateway (this host's address on the bridge): the subnet's first host address.
-    pub fn gateway(subnet: &Ipv4Net) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(subnet.network()) + 1)
-    }
 }
 
 fn failed(step: &'static str) -> impl FnOnce(bollard::errors::Error) -> BackendError {
@@ -148,54 +94,42 @@ impl DockerBackend {
             .negotiate_version()
             .await
             .map_err(|e| BackendError::Unavailable(format!("{e} ({})", host())))?;
+        let networks = SandboxNetworks::new(
+            docker.clone(),
+            network,
+            instance,
+            SubnetPlan::new(sandbox_subnets),
+            SPARE_NETWORKS,
+        );
         Ok(Self {
             docker,
             network: network.to_string(),
-            subnets: SubnetPlan::new(sandbox_subnets),
+            networks,
             instance: instance.to_string(),
             egress,
             egress_allow,
-            starting: Mutex::new(HashSet::new()),
-            creating: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// The name of a sandbox's own network.
-    fn network_of(&self, sandbox_id: &str) -> String {
-        format!("{}-{sandbox_id}", self.network)
-    }
-
-    fn starting(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        // A panic while the set is held cannot leave it half-changed (insert and remove are
-        // single steps): carry on with it.
-        self.starting
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn labels(&self, sandbox_id: &str) -> HashMap<String, String> {
+    fn labels(&self, sandbox_id: &str, network: &str) -> HashMap<String, String> {
         HashMap::from([
             (LABEL_MANAGED.to_string(), "true".to_string()),
             (LABEL_SANDBOX_ID.to_string(), sandbox_id.to_string()),
             (LABEL_INSTANCE.to_string(), self.instance.clone()),
+            (LABEL_NETWORK.to_string(), network.to_string()),
         ])
     }
 
-    /// Makes the sandbox's network, then its container on it; on failure neither is left.
+    /// Takes a network for the sandbox, then makes its container on it; on failure neither
+    /// is left.
     async fn create_and_start(&self, spec: &ContainerSpec) -> Result<String, BackendError> {
-        let network = self.network_of(&spec.sandbox_id);
-        self.starting().insert(network.clone());
-        let result = async {
-            self.create_network(&spec.sandbox_id).await?;
-            let started = self.create_container(spec, &network).await;
-            if started.is_err() {
-                self.remove_network(&network).await;
-            }
-            started
+        let network = self.networks.take().await?;
+        let started = self.create_container(spec, &network).await;
+        self.networks.started(&network);
+        if started.is_err() {
+            self.networks.remove(&network).await;
         }
-        .await;
-        self.starting().remove(&network);
-        result
+        started
     }
 
     async fn create_container(
@@ -214,7 +148,7 @@ impl DockerBackend {
             open_stdin: Some(true),
             stdin_once: Some(true),
             attach_stdin: Some(true),
-            labels: Some(self.labels(&spec.sandbox_id)),
+            labels: Some(self.labels(&spec.sandbox_id, network)),
             host_config: Some(HostConfig {
                 memory: Some(memory),
                 memory_swap: Some(memory),
@@ -294,113 +228,13 @@ impl DockerBackend {
         })
     }
 
-    /// Creates a sandbox's network on the first free /28 of the plan. Docker refuses a subnet
-    /// that overlaps another network's (one made meanwhile by another process): that one is
-    /// skipped and the next tried.
-    async fn create_network(&self, sandbox_id: &str) -> Result<(), BackendError> {
-        let name = self.network_of(sandbox_id);
-        let _one_at_a_time = self.creating.lock().await;
-        let mut taken = self.subnets_in_use().await?;
-        for _ in 0..16 {
-            let Some(subnet) = self.subnets.free(&taken).next() else {
-                return Err(BackendError::Failed {
-                    step: "creating the sandbox's network",
-                    message: format!(
-                        "every /{SANDBOX_SUBNET_PREFIX} of --sandbox-subnets {} is in use",
-                        self.subnets.range
-                    ),
-                });
-            };
-            let request = NetworkCreateRequest {
-                name: name.clone(),
-                driver: Some("bridge".into()),
-                ipam: Some(Ipam {
-                    driver: Some("default".into()),
-                    config: Some(vec![IpamConfig {
-                        subnet: Some(subnet.to_string()),
-                        gateway: Some(SubnetPlan::gateway(&subnet).to_string()),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }),
-                options: Some(HashMap::from([
-                    (
-                        "com.docker.network.bridge.enable_icc".to_string(),
-                        "false".to_string(),
-                    ),
-                    (
-                        BRIDGE_NAME_OPTION.to_string(),
-                        egress::bridge_name(&self.network, sandbox_id),
-                    ),
-                ])),
-                labels: Some(HashMap::from([
-                    (LABEL_MANAGED.to_string(), "true".to_string()),
-                    (LABEL_INSTANCE.to_string(), self.instance.clone()),
-                    (LABEL_SANDBOX_ID.to_string(), sandbox_id.to_string()),
-                    (LABEL_NETWORK.to_string(), self.network.clone()),
-                ])),
-                ..Default::default()
-            };
-            match self.docker.create_network(request).await {
-                Ok(_) => return Ok(()),
-                Err(bollard::errors::Error::DockerResponseServerError { message, .. })
-                    if message.contains("overlap") =>
-                {
-                    tracing::debug!(%subnet, %message, "subnet taken meanwhile; trying the next");
-                    taken.push(subnet);
-                }
-                Err(e) => return Err(failed("creating the sandbox's network")(e)),
-            }
-        }
-        Err(BackendError::Failed {
-            step: "creating the sandbox's network",
-            message: "every subnet tried was taken meanwhile".to_string(),
-        })
-    }
-
-    /// The subnets of every Docker network on this engine (ours and anyone's).
-    async fn subnets_in_use(&self) -> Result<Vec<Ipv4Net>, BackendError> {
-        let networks = self
-            .docker
-            .list_networks(None::<bollard::query_parameters::ListNetworksOptions>)
-            .await
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
-        Ok(networks
-            .into_iter()
-            .filter_map(|n| n.ipam?.config)
-            .flatten()
-            .filter_map(|c| c.subnet?.parse::<Ipv4Net>().ok())
-            .collect())
-    }
-
-    /// Removes a sandbox network, once its container has let go of it (a container being
-    /// removed holds its endpoint a moment longer); a network still in use after that is left
-    /// to the sweep.
-    async fn remove_network(&self, name: &str) {
-        for attempt in 0..20u64 {
-            match self.docker.remove_network(name).await {
-                Ok(()) => return,
-                Err(e) if is_not_found(&e) => return,
-                Err(e) if attempt == 19 => {
-                    tracing::warn!(network = %name, error = %e, "could not remove a sandbox network; the sweep will");
-                }
-                Err(_) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(50 * (attempt + 1).min(5)))
-                        .await
-                }
-            }
-        }
-    }
-
-    /// The address on a container's own sandbox network.
+    /// The address on a container's own sandbox network (named by its label).
     fn address_in(
-        &self,
         networks: Option<HashMap<String, bollard::models::EndpointSettings>>,
-        sandbox_id: Option<&String>,
+        network: Option<&String>,
     ) -> Option<String> {
-        let mut networks = networks?;
-        networks
-            .remove(&self.network_of(sandbox_id?))?
+        networks?
+            .remove(network?)?
             .ip_address
             .filter(|ip| !ip.is_empty())
     }
@@ -443,7 +277,9 @@ impl Backend for DockerBackend {
                 step: "enforcing the egress policy",
                 message: e.to_string(),
             })?;
-        self.collect_garbage().await
+        self.collect_garbage().await?;
+        self.networks.keep_stocked();
+        Ok(())
     }
 
     async fn start(&self, spec: &ContainerSpec) -> Result<Started, BackendError> {
@@ -459,8 +295,8 @@ impl Backend for DockerBackend {
                 Err(BackendError::Failed {
                     step: "finding the container's address",
                     message: format!(
-                        "the container has no address on {} (it may have exited); output: {logs}",
-                        self.network_of(&spec.sandbox_id)
+                        "the container has no address on its network (it may have exited); \
+                         output: {logs}"
                     ),
                 })
             }
@@ -473,7 +309,7 @@ impl Backend for DockerBackend {
 
     async fn remove(&self, container_id: &str) -> Result<(), BackendError> {
         // Only ever remove a container labelled as this instance's.
-        let sandbox_id = match self.docker.inspect_container(container_id, None).await {
+        let network = match self.docker.inspect_container(container_id, None).await {
             Ok(container) => {
                 let labels = container.config.and_then(|c| c.labels).unwrap_or_default();
                 if labels.get(LABEL_INSTANCE) != Some(&self.instance) {
@@ -487,7 +323,7 @@ impl Backend for DockerBackend {
                         ),
                     });
                 }
-                labels.get(LABEL_SANDBOX_ID).cloned()
+                labels.get(LABEL_NETWORK).cloned()
             }
             Err(e) if is_not_found(&e) => return Ok(()),
             Err(e) => return Err(BackendError::Unavailable(e.to_string())),
@@ -509,48 +345,14 @@ impl Backend for DockerBackend {
             }) => {}
             Err(e) => return Err(failed("removing the container")(e)),
         }
-        if let Some(sandbox_id) = sandbox_id {
-            let network = self.network_of(&sandbox_id);
-            if !self.starting().contains(&network) {
-                self.remove_network(&network).await;
-            }
+        if let Some(network) = network {
+            self.networks.remove(&network).await;
         }
         Ok(())
     }
 
     async fn collect_garbage(&self) -> Result<(), BackendError> {
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![
-                format!("{LABEL_MANAGED}=true"),
-                format!("{LABEL_INSTANCE}={}", self.instance),
-                format!("{LABEL_NETWORK}={}", self.network),
-            ],
-        )]);
-        let options = ListNetworksOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let networks = self
-            .docker
-            .list_networks(Some(options))
-            .await
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
-        let mut swept = 0;
-        for name in networks.into_iter().filter_map(|n| n.name) {
-            if self.starting().contains(&name) {
-                continue;
-            }
-            // Docker refuses to remove a network a container is on: those stay.
-            match self.docker.remove_network(&name).await {
-                Ok(()) => swept += 1,
-                Err(e) if is_not_found(&e) => {}
-                Err(_) => {}
-            }
-        }
-        if swept > 0 {
-            tracing::info!(swept, "removed sandbox networks whose containers were gone");
-        }
-        Ok(())
+        self.networks.sweep().await
     }
 
     async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError> {
@@ -576,9 +378,9 @@ impl Backend for DockerBackend {
                 let container_id = c.id?;
                 let labels = c.labels.unwrap_or_default();
                 let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
-                let address = self.address_in(
+                let address = Self::address_in(
                     c.network_settings.and_then(|n| n.networks),
-                    labels.get(LABEL_SANDBOX_ID),
+                    labels.get(LABEL_NETWORK),
                 );
                 Some(ContainerInfo {
                     container_id,
@@ -601,9 +403,9 @@ impl Backend for DockerBackend {
             return Ok(None);
         }
         let running = c.state.and_then(|s| s.running).unwrap_or(false);
-        let address = self.address_in(
+        let address = Self::address_in(
             c.network_settings.and_then(|n| n.networks),
-            labels.get(LABEL_SANDBOX_ID),
+            labels.get(LABEL_NETWORK),
         );
         Ok(Some(ContainerInfo {
             container_id: c.id.unwrap_or_else(|| container_id.to_string()),
@@ -666,28 +468,5 @@ mod tests {
         assert!(mounts["/home/agent"].contains("size=2048m"));
         assert!(mounts["/tmp"].contains("size=512m"));
         assert!(writable_mounts(64)["/tmp"].contains("size=64m"));
-    }
-
-    #[test]
-    fn sandbox_subnets_are_cut_around_every_network_in_use() {
-        let plan = SubnetPlan::new("10.222.0.0/16".parse().unwrap());
-        let first: Vec<Ipv4Net> = plan.free(&[]).take(2).collect();
-        assert_eq!(first[0].to_string(), "10.222.0.0/28");
-        assert_eq!(first[1].to_string(), "10.222.0.16/28");
-        assert_eq!(SubnetPlan::gateway(&first[0]).to_string(), "10.222.0.1");
-        // Taken: one of ours, and someone's /24 that covers sixteen of them.
-        let taken: Vec<Ipv4Net> = vec![
-            "10.222.0.0/28".parse().unwrap(),
-            "10.222.0.32/24".parse::<Ipv4Net>().unwrap().trunc(),
-        ];
-        let next: Vec<String> = plan.free(&taken).take(2).map(|s| s.to_string()).collect();
-        assert_eq!(next, ["10.222.1.0/28", "10.222.1.16/28"]);
-        // A network wider than the whole plan leaves nothing.
-        let everything = vec!["10.0.0.0/8".parse().unwrap()];
-        assert_eq!(plan.free(&everything).count(), 0);
-        assert_eq!(plan.free(&[]).count(), 4096);
-        // A plan narrower than one sandbox network holds none (the settings refuse it).
-        let tiny = SubnetPlan::new("10.222.0.0/30".parse().unwrap());
-        assert_eq!(tiny.free(&[]).count(), 0);
     }
 }

@@ -84,10 +84,10 @@ pub fn bridge_prefix(network: &str) -> String {
     )
 }
 
-/// The bridge interface of one sandbox's network: [`bridge_prefix`] and 7 hex digits of a hash
-/// of the sandbox id (15 bytes, the most an interface name may have).
-pub fn bridge_name(network: &str, sandbox_id: &str) -> String {
-    let hash = hex::encode(&Sha256::digest(sandbox_id.as_bytes())[..4]);
+/// The bridge interface of one sandbox network (named `sandbox_network`): [`bridge_prefix`]
+/// and 7 hex digits of a hash of its name (15 bytes, the most an interface name may have).
+pub fn bridge_name(network: &str, sandbox_network: &str) -> String {
+    let hash = hex::encode(&Sha256::digest(sandbox_network.as_bytes())[..4]);
     format!("{}{}", bridge_prefix(network), &hash[..7])
 }
 

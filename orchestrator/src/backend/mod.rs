@@ -7,6 +7,7 @@
 
 pub mod docker;
 pub mod egress;
+pub mod networks;
 
 use std::collections::BTreeMap;
 

@@ -102,8 +102,16 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
     assert!(c["HostConfig"]["Memory"].as_i64().unwrap() > 0);
     assert!(c["HostConfig"]["NanoCpus"].as_i64().unwrap() > 0);
     assert!(c["HostConfig"]["ShmSize"].as_i64().unwrap() > 64 * 1024 * 1024);
-    // A network of its own (issue 28: no shared link or resolver between sandboxes).
-    let own_network = format!("{}-{id}", orchestrator.network);
+    // A network of its own (issue 28: no shared link or resolver between sandboxes), named in
+    // its label.
+    let own_network = c["Config"]["Labels"]["agentbox.network"]
+        .as_str()
+        .context("the network label")?
+        .to_string();
+    assert!(
+        own_network.starts_with(&format!("{}-", orchestrator.network)),
+        "{own_network}"
+    );
     assert_eq!(c["HostConfig"]["NetworkMode"], own_network.as_str());
     assert!(
         c["HostConfig"]["PortBindings"]
@@ -840,6 +848,12 @@ async fn kill_9_and_restart_adopts_live_sandboxes_and_removes_orphans() -> anyho
 
     orchestrator.kill9();
     // While it is down: one container disappears, and an orphan of ours appears.
+    let vanished_network = docker(&[
+        "inspect",
+        "-f",
+        "{{index .Config.Labels \"agentbox.network\"}}",
+        &container_name(&vanished_id),
+    ])?;
     docker(&["rm", "-f", &container_name(&vanished_id)])?;
     let orphan = docker(&[
         "create",
@@ -876,12 +890,7 @@ async fn kill_9_and_restart_adopts_live_sandboxes_and_removes_orphans() -> anyho
         "the orphan was removed"
     );
     assert!(
-        docker(&[
-            "network",
-            "inspect",
-            &format!("{}-{vanished_id}", orchestrator.network)
-        ])
-        .is_err(),
+        docker(&["network", "inspect", vanished_network.trim()]).is_err(),
         "the network the vanished container left behind was swept at start"
     );
     // Heartbeats resumed: the adopted sandbox outlives its dead-man switch (15 s).
