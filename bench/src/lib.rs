@@ -278,8 +278,6 @@ impl OrchestratorServer {
         &self.data
     }
 
-    // The orchestrator under test is the bench's own child, killed and waited for on drop.
-    #[allow(clippy::disallowed_methods)]
     /// Starts `binary serve` with `pool` warm sandboxes of `image` and `extra` flags.
     pub fn start(
         binary: &str,
@@ -288,8 +286,23 @@ impl OrchestratorServer {
         tag: &str,
         extra: &[String],
     ) -> anyhow::Result<Self> {
+        Self::start_in(binary, image, pool, tag, extra, &std::env::temp_dir())
+    }
+
+    // The orchestrator under test is the bench's own child, killed and waited for on drop.
+    #[allow(clippy::disallowed_methods)]
+    /// [`Self::start`] with its data directory under `data_root` (e.g. a tmpfs, to tell the
+    /// store's disk from the rest).
+    pub fn start_in(
+        binary: &str,
+        image: &str,
+        pool: usize,
+        tag: &str,
+        extra: &[String],
+        data_root: &std::path::Path,
+    ) -> anyhow::Result<Self> {
         let instance = format!("bench-{tag}-{}", std::process::id());
-        let data = std::env::temp_dir().join(format!("agentbox-{instance}"));
+        let data = data_root.join(format!("agentbox-{instance}"));
         let _ = std::fs::remove_dir_all(&data);
         let network = format!("agentbox-{instance}");
         let mut child = Command::new(binary)

@@ -13,6 +13,7 @@
 //! claim path, and refilling 1,000 full desktops would take most of an hour.
 //!
 //! `cargo run --release -p agentbox-bench -- claims --claims 1000 --baseline-binary /tmp/orchestrator-old`
+//! (`--current-data-root /dev/shm` keeps the current arm's database on a tmpfs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,6 +148,9 @@ pub async fn main() -> anyhow::Result<()> {
     let load_threads: usize = arg("--load-threads", 1);
     let image: String = arg("--image", "agentbox/sandbox:latest".to_string());
     let baseline: String = arg("--baseline-binary", String::new());
+    // Where the current arm keeps its data (default: the temp dir, as the baseline): a tmpfs
+    // here tells the store's disk from everything else.
+    let current_data_root: String = arg("--current-data-root", String::new());
     ensure_network()?;
     let lean = lean_image(&image)?;
     println!(
@@ -162,7 +166,19 @@ pub async fn main() -> anyhow::Result<()> {
     let extra = vec!["--max-concurrent-starts".to_string(), pool.to_string()];
     let mut arms = Vec::new();
     for (name, binary) in binaries {
-        let server = Server::start(&binary, &lean, pool, &format!("claims-{name}"), &extra)?;
+        let root = if name == "current" && !current_data_root.is_empty() {
+            std::path::PathBuf::from(&current_data_root)
+        } else {
+            std::env::temp_dir()
+        };
+        let server = Server::start_in(
+            &binary,
+            &lean,
+            pool,
+            &format!("claims-{name}"),
+            &extra,
+            &root,
+        )?;
         arms.push(Arm {
             name,
             server,
