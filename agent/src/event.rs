@@ -1,9 +1,13 @@
-//! The events a run emits and the [`EventSink`] that receives them.
+//! A run's events, [`RunEvent`], and the [`EventSink`] that receives them.
 //!
-//! Events are serialisable with a `type` tag (`run.status`, `agent.message`,
-//! `agent.reasoning`, `action.started`, `action.finished`, `control.taken`,
-//! `control.returned`, `input.requested`, `input.received`, `error`, `usage`). They carry no
-//! sequence number: the embedding program assigns one as it stores them. Screenshots are not
+//! [`RunEvent`] is the one definition of what a run's log holds, whoever writes it: the loop
+//! emits `run.status`, `agent.message`, `agent.reasoning`, `action.started`,
+//! `action.finished`, `control.taken`, `control.returned`, `input.requested`,
+//! `input.received`, `error` and `usage`; the program embedding the loop adds `run.status
+//! queued` before the loop starts and `artifact.created` / `artifact.skipped` for the files it
+//! keeps. Each is serialisable with a `type` tag; [`RunStatus`] and [`ErrorKind`] are the one
+//! status and the one error vocabulary every reader (store, API, CLI, console) uses. Events
+//! carry no sequence number: the embedding program assigns one as it stores them. Screenshots are not
 //! in events: the sink receives their bytes through [`EventSink::screenshot`] and events refer
 //! to them by observation id. After each completed step and before each tool call the sink
 //! gets a [`Checkpoint`] to persist for restarts. The loop is the only emitter and emits from
@@ -14,18 +18,23 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::checkpoint::Checkpoint;
 use crate::model::{ToolRequest, Usage};
 use crate::observation::ObservationMeta;
 use crate::transcript::SafetyCheck;
 
-/// The state of a run, as events report it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Accepted; waiting for its sandbox or for a driver.
+    Queued,
     Running,
+    /// A person holds control.
     Paused,
+    /// The agent asked the person something (answer with `POST /v1/runs/{id}/input`).
     WaitingForInput,
     Completed,
     Failed,
@@ -33,6 +42,30 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    pub const ALL: [RunStatus; 7] = [
+        Self::Queued,
+        Self::Running,
+        Self::Paused,
+        Self::WaitingForInput,
+        Self::Completed,
+        Self::Failed,
+        Self::Canceled,
+    ];
+
+    /// The wire and storage name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Paused => "paused",
+            Self::WaitingForInput => "waiting_for_input",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+
+    /// Completed, failed or canceled: never changes again.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -41,8 +74,64 @@ impl RunStatus {
     }
 }
 
+impl std::str::FromStr for RunStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown status `{s}` (one of queued, running, paused, waiting_for_input, \
+                     completed, failed, canceled)"
+                )
+            })
+    }
+}
+
+/// What went wrong, in an `error` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The loop refused a tool call before sending it (out of range, stale, declined).
+    ActionRefused,
+    /// The sandbox refused or failed an action.
+    ActionFailed,
+    /// The model's tool call could not be decoded.
+    InvalidToolCall,
+    /// The model repeated the same action without effect too often.
+    RepeatedAction,
+    /// The model provider failed (after its retries).
+    ModelError,
+    /// A `script:` model's file is wrong.
+    ScriptError,
+    /// A run limit (steps, time, images) was reached.
+    Limit,
+    /// The sandbox could not be had or reached.
+    SandboxError,
+    /// The program driving the loop failed (its store, a stored state it cannot read).
+    Internal,
+}
+
+impl ErrorKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ActionRefused => "action_refused",
+            Self::ActionFailed => "action_failed",
+            Self::InvalidToolCall => "invalid_tool_call",
+            Self::RepeatedAction => "repeated_action",
+            Self::ModelError => "model_error",
+            Self::ScriptError => "script_error",
+            Self::Limit => "limit",
+            Self::SandboxError => "sandbox_error",
+            Self::Internal => "internal",
+        }
+    }
+}
+
 /// How a tool call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionOutcome {
     Ok,
@@ -55,7 +144,7 @@ pub enum ActionOutcome {
 }
 
 /// Where a step's time went, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Timings {
     /// Taking the screenshot the action was planned on.
     pub capture_ms: u64,
@@ -68,7 +157,7 @@ pub struct Timings {
 }
 
 /// Why the loop asks the person.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InputKind {
     /// The model called `request_human`.
@@ -77,10 +166,13 @@ pub enum InputKind {
     SafetyCheck,
 }
 
-/// One event of a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One event of a run (its `type` tag names the variant). Its schema is `RunEventData` in the
+/// orchestrator's OpenAPI document, whose `RunEvent` is the stored form (this, with `seq` and
+/// `at`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type")]
-pub enum Event {
+#[schema(as = RunEventData)]
+pub enum RunEvent {
     #[serde(rename = "run.status")]
     RunStatus {
         status: RunStatus,
@@ -99,6 +191,8 @@ pub enum Event {
     ActionStarted {
         step: u32,
         call_id: String,
+        /// The tool call, decoded (`kind`: `desktop`, `screenshot`, `zoom`, `shell`, `edit`, ...).
+        #[schema(value_type = Object)]
         action: ToolRequest,
         /// The observation the action was planned on (its coordinates are that image's pixels).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,14 +202,16 @@ pub enum Event {
     ActionFinished {
         step: u32,
         call_id: String,
+        #[schema(value_type = Object)]
         action: ToolRequest,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         observation_id: Option<String>,
         outcome: ActionOutcome,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
-        /// Where the action's points landed on the screen (screen pixels).
+        /// Where the action's points landed on the screen (screen pixels, `[x, y]` each).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schema(value_type = Vec<Vec<i32>>)]
         screen_points: Vec<(i32, i32)>,
         timings: Timings,
         /// The observation taken after it, when one was (the sink got its bytes).
@@ -149,9 +245,7 @@ pub enum Event {
     Error {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         step: Option<u32>,
-        /// `action_refused`, `action_failed`, `invalid_tool_call`, `repeated_action`,
-        /// `model_error`, `limit`, `sandbox_error`.
-        kind: String,
+        kind: ErrorKind,
         message: String,
         /// Whether the run ends because of it.
         fatal: bool,
@@ -166,23 +260,44 @@ pub enum Event {
         attempts: u32,
         model_ms: u64,
     },
+    /// A file the run produced was kept (written by the program embedding the loop).
+    #[serde(rename = "artifact.created")]
+    ArtifactCreated {
+        /// `outputs/<file>` or `screenshots/<observation id>.<ext>`.
+        name: String,
+        /// `output` or `screenshot`.
+        kind: String,
+        size: u64,
+        content_type: String,
+        sha256: String,
+    },
+    /// A file the run produced was not kept: it would pass the run's or the key's artifact
+    /// budget.
+    #[serde(rename = "artifact.skipped")]
+    ArtifactSkipped {
+        name: String,
+        size: u64,
+        reason: String,
+    },
 }
 
-impl Event {
+impl RunEvent {
     /// The `type` tag.
     pub fn kind(&self) -> &'static str {
         match self {
-            Event::RunStatus { .. } => "run.status",
-            Event::AgentMessage { .. } => "agent.message",
-            Event::AgentReasoning { .. } => "agent.reasoning",
-            Event::ActionStarted { .. } => "action.started",
-            Event::ActionFinished { .. } => "action.finished",
-            Event::ControlTaken {} => "control.taken",
-            Event::ControlReturned { .. } => "control.returned",
-            Event::InputRequested { .. } => "input.requested",
-            Event::InputReceived { .. } => "input.received",
-            Event::Error { .. } => "error",
-            Event::Usage { .. } => "usage",
+            RunEvent::RunStatus { .. } => "run.status",
+            RunEvent::AgentMessage { .. } => "agent.message",
+            RunEvent::AgentReasoning { .. } => "agent.reasoning",
+            RunEvent::ActionStarted { .. } => "action.started",
+            RunEvent::ActionFinished { .. } => "action.finished",
+            RunEvent::ControlTaken {} => "control.taken",
+            RunEvent::ControlReturned { .. } => "control.returned",
+            RunEvent::InputRequested { .. } => "input.requested",
+            RunEvent::InputReceived { .. } => "input.received",
+            RunEvent::Error { .. } => "error",
+            RunEvent::Usage { .. } => "usage",
+            RunEvent::ArtifactCreated { .. } => "artifact.created",
+            RunEvent::ArtifactSkipped { .. } => "artifact.skipped",
         }
     }
 }
@@ -195,7 +310,7 @@ pub struct SinkError(pub String);
 /// Where a run's events, screenshots and checkpoints go.
 #[async_trait]
 pub trait EventSink: Send + Sync {
-    async fn emit(&self, event: Event) -> Result<(), SinkError>;
+    async fn emit(&self, event: RunEvent) -> Result<(), SinkError>;
 
     /// A screenshot the model was (or will be) shown, before any event refers to it.
     async fn screenshot(
@@ -212,7 +327,7 @@ pub trait EventSink: Send + Sync {
     /// must be stored before the call starts and is announced by its `action.started`).
     async fn emit_checkpointed(
         &self,
-        event: Event,
+        event: RunEvent,
         checkpoint: &Checkpoint,
     ) -> Result<(), SinkError> {
         self.checkpoint(checkpoint).await?;
@@ -223,11 +338,11 @@ pub trait EventSink: Send + Sync {
 /// A sink that keeps everything in memory (tests, small embeddings).
 #[derive(Debug, Default)]
 pub struct RecordingSink {
-    events: Mutex<Vec<Event>>,
+    events: Mutex<Vec<RunEvent>>,
     screenshots: Mutex<Vec<(ObservationMeta, Bytes)>>,
     checkpoints: Mutex<Vec<Checkpoint>>,
     /// Events that came with a checkpoint, and that checkpoint.
-    checkpointed: Mutex<Vec<(Event, Checkpoint)>>,
+    checkpointed: Mutex<Vec<(RunEvent, Checkpoint)>>,
 }
 
 impl RecordingSink {
@@ -235,7 +350,7 @@ impl RecordingSink {
         Self::default()
     }
 
-    pub fn events(&self) -> Vec<Event> {
+    pub fn events(&self) -> Vec<RunEvent> {
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -257,7 +372,7 @@ impl RecordingSink {
     }
 
     /// The events emitted together with a checkpoint, each with it.
-    pub fn checkpointed(&self) -> Vec<(Event, Checkpoint)> {
+    pub fn checkpointed(&self) -> Vec<(RunEvent, Checkpoint)> {
         self.checkpointed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -275,7 +390,7 @@ impl RecordingSink {
 
 #[async_trait]
 impl EventSink for RecordingSink {
-    async fn emit(&self, event: Event) -> Result<(), SinkError> {
+    async fn emit(&self, event: RunEvent) -> Result<(), SinkError> {
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -305,7 +420,7 @@ impl EventSink for RecordingSink {
 
     async fn emit_checkpointed(
         &self,
-        event: Event,
+        event: RunEvent,
         checkpoint: &Checkpoint,
     ) -> Result<(), SinkError> {
         self.checkpointed
@@ -324,7 +439,7 @@ mod tests {
 
     #[test]
     fn events_are_tagged_by_type() -> anyhow::Result<()> {
-        let event = Event::RunStatus {
+        let event = RunEvent::RunStatus {
             status: RunStatus::WaitingForInput,
             reason: None,
             answer: None,
@@ -333,10 +448,56 @@ mod tests {
             serde_json::to_value(&event)?,
             json!({"type": "run.status", "status": "waiting_for_input"})
         );
-        let taken = serde_json::to_value(Event::ControlTaken {})?;
+        let taken = serde_json::to_value(RunEvent::ControlTaken {})?;
         assert_eq!(taken, json!({"type": "control.taken"}));
-        let back: Event = serde_json::from_value(taken)?;
+        let back: RunEvent = serde_json::from_value(taken)?;
         assert_eq!(back.kind(), "control.taken");
+        Ok(())
+    }
+
+    #[test]
+    fn every_status_and_error_kind_is_named_as_serde_names_it() -> anyhow::Result<()> {
+        for status in RunStatus::ALL {
+            assert_eq!(serde_json::to_value(status)?, json!(status.as_str()));
+            assert_eq!(status.as_str().parse::<RunStatus>(), Ok(status));
+        }
+        assert!("stopped".parse::<RunStatus>().is_err());
+        for kind in [
+            ErrorKind::ActionRefused,
+            ErrorKind::ActionFailed,
+            ErrorKind::InvalidToolCall,
+            ErrorKind::RepeatedAction,
+            ErrorKind::ModelError,
+            ErrorKind::ScriptError,
+            ErrorKind::Limit,
+            ErrorKind::SandboxError,
+            ErrorKind::Internal,
+        ] {
+            assert_eq!(serde_json::to_value(kind)?, json!(kind.as_str()));
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_embedders_events_round_trip() -> anyhow::Result<()> {
+        let queued = RunEvent::RunStatus {
+            status: RunStatus::Queued,
+            reason: None,
+            answer: None,
+        };
+        assert_eq!(
+            serde_json::to_value(&queued)?,
+            json!({"type": "run.status", "status": "queued"})
+        );
+        let created = json!({"type": "artifact.created", "name": "outputs/a.txt",
+            "kind": "output", "size": 3, "content_type": "text/plain", "sha256": "ab"});
+        let event: RunEvent = serde_json::from_value(created.clone())?;
+        assert_eq!(event.kind(), "artifact.created");
+        assert_eq!(serde_json::to_value(&event)?, created);
+        let skipped = json!({"type": "artifact.skipped", "name": "outputs/b.bin",
+            "size": 9, "reason": "over budget"});
+        let event: RunEvent = serde_json::from_value(skipped.clone())?;
+        assert_eq!(serde_json::to_value(&event)?, skipped);
         Ok(())
     }
 }

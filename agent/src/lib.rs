@@ -51,7 +51,9 @@ pub use computer::{
     SettleReport, ShellOutcome,
 };
 pub use control::{Control, ControlError, Phase};
-pub use event::{ActionOutcome, Event, EventSink, RecordingSink, RunStatus, SinkError, Timings};
+pub use event::{
+    ActionOutcome, ErrorKind, EventSink, RecordingSink, RunEvent, RunStatus, SinkError, Timings,
+};
 pub use model::{
     Model, ModelError, ModelInfo, ModelOptions, ModelSpec, ModelTurn, SetupError, SpecError,
     ToolCall, ToolRequest, TurnRequest, Usage, build_model,

@@ -47,7 +47,9 @@ use crate::action::DesktopAction;
 use crate::checkpoint::{CHECKPOINT_VERSION, Checkpoint, PendingCall};
 use crate::computer::{Computer, ComputerError};
 use crate::control::{Control, InputSignal, Phase, Release, Signal, approves};
-use crate::event::{ActionOutcome, Event, EventSink, InputKind, RunStatus, SinkError, Timings};
+use crate::event::{
+    ActionOutcome, ErrorKind, EventSink, InputKind, RunEvent, RunStatus, SinkError, Timings,
+};
 use crate::model::{
     Model, ModelError, ModelTurn, StopReason, ToolCall, ToolRequest, TurnRequest, Usage,
 };
@@ -61,8 +63,9 @@ pub const MAX_SHELL_WAIT: Duration = Duration::from_secs(600);
 /// Screenshot attempts before the run fails (transport errors are retried).
 const OBSERVE_ATTEMPTS: u32 = 3;
 
-/// Hard limits of a run.
+/// Hard limits of a run (a field left out is its default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Limits {
     /// Model calls.
     pub max_steps: u32,
@@ -215,7 +218,7 @@ pub enum RunError {
 #[derive(Debug)]
 enum Stop {
     Completed(String),
-    Failed { kind: &'static str, reason: String },
+    Failed { kind: ErrorKind, reason: String },
     Canceled,
     Sink(SinkError),
 }
@@ -451,7 +454,7 @@ impl Runner {
     }
 
     /// Emits `event`, with the deferred checkpoint if there is one.
-    async fn emit(&self, event: Event) -> Result<(), Stop> {
+    async fn emit(&self, event: RunEvent) -> Result<(), Stop> {
         let deferred = self.take_deferred();
         match deferred {
             Some(checkpoint) => self.sink.emit_checkpointed(event, &checkpoint).await,
@@ -468,7 +471,7 @@ impl Runner {
     }
 
     async fn status(&self, status: RunStatus) -> Result<(), Stop> {
-        self.emit(Event::RunStatus {
+        self.emit(RunEvent::RunStatus {
             status,
             reason: None,
             answer: None,
@@ -476,10 +479,10 @@ impl Runner {
         .await
     }
 
-    async fn error_event(&self, st: &State, kind: &str, message: &str) -> Result<(), Stop> {
-        self.emit(Event::Error {
+    async fn error_event(&self, st: &State, kind: ErrorKind, message: &str) -> Result<(), Stop> {
+        self.emit(RunEvent::Error {
             step: Some(st.step),
-            kind: kind.to_string(),
+            kind,
             message: message.to_string(),
             fatal: false,
         })
@@ -525,7 +528,7 @@ impl Runner {
                 });
             } else if in_flight.as_deref() == Some(call.id.as_str()) {
                 let message = "the run was interrupted while this action was in progress; its outcome is unknown and it was not repeated";
-                self.emit(Event::ActionFinished {
+                self.emit(RunEvent::ActionFinished {
                     step: st.step,
                     call_id: call.id.clone(),
                     action: call.request.clone(),
@@ -577,9 +580,9 @@ impl Runner {
         let (status, answer, reason) = match stop {
             Stop::Completed(answer) => (RunStatus::Completed, Some(answer), None),
             Stop::Failed { kind, reason } => {
-                let event = Event::Error {
+                let event = RunEvent::Error {
                     step: Some(st.step),
-                    kind: kind.into(),
+                    kind,
                     message: reason.clone(),
                     fatal: true,
                 };
@@ -595,7 +598,7 @@ impl Runner {
                 return Err(RunError::Sink(error));
             }
         };
-        let event = Event::RunStatus {
+        let event = RunEvent::RunStatus {
             status,
             reason: reason.clone(),
             answer: answer.clone(),
@@ -618,7 +621,7 @@ impl Runner {
         let limits = self.config.limits;
         if st.step >= limits.max_steps {
             return Err(Stop::Failed {
-                kind: "limit",
+                kind: ErrorKind::Limit,
                 reason: format!(
                     "the step limit of {} model calls was reached",
                     limits.max_steps
@@ -633,7 +636,7 @@ impl Runner {
 
     fn time_limit(&self) -> Stop {
         Stop::Failed {
-            kind: "limit",
+            kind: ErrorKind::Limit,
             reason: format!(
                 "the time limit of {} seconds was reached",
                 self.config.limits.max_seconds
@@ -669,7 +672,7 @@ impl Runner {
                 self.checkpoint(st, &[], &[], None).await?;
                 if turn.stop == StopReason::MaxTokens {
                     return Err(Stop::Failed {
-                        kind: "model_error",
+                        kind: ErrorKind::ModelError,
                         reason: "the model's reply was cut at its output token limit".into(),
                     });
                 }
@@ -735,11 +738,11 @@ impl Runner {
             return match result {
                 Ok(turn) => Ok((turn, model_ms)),
                 Err(ModelError::Script(message)) => Err(Stop::Failed {
-                    kind: "script_error",
+                    kind: ErrorKind::ScriptError,
                     reason: message,
                 }),
                 Err(ModelError::Gateway(error)) => Err(Stop::Failed {
-                    kind: "model_error",
+                    kind: ErrorKind::ModelError,
                     reason: format!("the model call failed: {error}"),
                 }),
             };
@@ -754,21 +757,21 @@ impl Runner {
     ) -> Result<(), Stop> {
         st.usage.add(&turn.usage);
         for text in &turn.reasoning {
-            self.emit(Event::AgentReasoning {
+            self.emit(RunEvent::AgentReasoning {
                 step: st.step,
                 text: text.clone(),
             })
             .await?;
         }
         if let Some(text) = &turn.text {
-            self.emit(Event::AgentMessage {
+            self.emit(RunEvent::AgentMessage {
                 step: st.step,
                 text: text.clone(),
             })
             .await?;
         }
         if self.model.info().provider != "script" {
-            self.emit(Event::Usage {
+            self.emit(RunEvent::Usage {
                 step: st.step,
                 usage: turn.usage,
                 total: st.usage,
@@ -926,7 +929,7 @@ impl Runner {
             }
             Err(error) => {
                 return Err(Stop::Failed {
-                    kind: "sandbox_error",
+                    kind: ErrorKind::SandboxError,
                     reason: format!("cannot take a screenshot: {error}"),
                 });
             }
@@ -952,7 +955,7 @@ impl Runner {
     ) -> Result<Option<ModelResult>, Stop> {
         self.control.clear_take_over();
         st.stop_clock();
-        self.emit(Event::ControlTaken {}).await?;
+        self.emit(RunEvent::ControlTaken {}).await?;
         self.status(RunStatus::Paused).await?;
         self.control.set_phase(Phase::Paused);
         tracing::info!(step = st.step, "a person took control");
@@ -968,7 +971,7 @@ impl Runner {
             }
         };
         let note = note.trim().to_string();
-        self.emit(Event::ControlReturned {
+        self.emit(RunEvent::ControlReturned {
             note: (!note.is_empty()).then(|| note.clone()),
         })
         .await?;
@@ -996,7 +999,7 @@ impl Runner {
         self.control.clear_answer();
         st.input_seq += 1;
         let request_id = format!("input-{}-{}", st.step, st.input_seq);
-        self.emit(Event::InputRequested {
+        self.emit(RunEvent::InputRequested {
             request_id: request_id.clone(),
             kind,
             question: question.to_string(),
@@ -1016,7 +1019,7 @@ impl Runner {
                 }
                 InputSignal::Answer(text) => {
                     let approved = approves(&text);
-                    self.emit(Event::InputReceived {
+                    self.emit(RunEvent::InputReceived {
                         request_id,
                         text: text.clone(),
                         approved: (kind == InputKind::SafetyCheck).then_some(approved),
@@ -1163,7 +1166,7 @@ impl Runner {
             .join(", ");
         if count >= policy.fail_after {
             return Err(Stop::Failed {
-                kind: "repeated_action",
+                kind: ErrorKind::RepeatedAction,
                 reason: format!(
                     "the same action ({summary}) was repeated {count} times in a row without any change on the screen"
                 ),
@@ -1173,7 +1176,8 @@ impl Runner {
             let message = format!(
                 "You have repeated the same action ({summary}) {count} times and the screen did not change. It is not working: try something different."
             );
-            self.error_event(st, "repeated_action", &message).await?;
+            self.error_event(st, ErrorKind::RepeatedAction, &message)
+                .await?;
             if let Some(&last) = visual_results.last() {
                 let result = &mut results[last];
                 if !result.text.is_empty() {
@@ -1212,7 +1216,8 @@ impl Runner {
         message: String,
     ) -> Result<CallOutcome, Stop> {
         tracing::info!(call = %call.id, %message, "action refused");
-        self.error_event(st, "action_refused", &message).await?;
+        self.error_event(st, ErrorKind::ActionRefused, &message)
+            .await?;
         Ok(CallOutcome::plain(result_for(call, message, true)))
     }
 
@@ -1267,7 +1272,8 @@ impl Runner {
         match &call.request {
             ToolRequest::Invalid { tool, message } => {
                 let message = format!("{tool}: {message}");
-                self.error_event(st, "invalid_tool_call", &message).await?;
+                self.error_event(st, ErrorKind::InvalidToolCall, &message)
+                    .await?;
                 Ok(CallOutcome::plain(result_for(call, message, true)))
             }
             ToolRequest::Finish { answer } => Ok(CallOutcome {
@@ -1287,7 +1293,7 @@ impl Runner {
                     .await
             }
             ToolRequest::Screenshot => {
-                self.emit(Event::ActionStarted {
+                self.emit(RunEvent::ActionStarted {
                     step: st.step,
                     call_id: call.id.clone(),
                     action: call.request.clone(),
@@ -1308,7 +1314,7 @@ impl Runner {
                         Waited::TakeOver => take_over = true,
                     }
                 }
-                self.emit(Event::ActionFinished {
+                self.emit(RunEvent::ActionFinished {
                     step: st.step,
                     call_id: call.id.clone(),
                     action: call.request.clone(),
@@ -1477,7 +1483,7 @@ impl Runner {
         call: &ToolCall,
         planned: Option<&ObservationMeta>,
     ) -> Result<(), Stop> {
-        self.emit(Event::ActionStarted {
+        self.emit(RunEvent::ActionStarted {
             step: st.step,
             call_id: call.id.clone(),
             action: call.request.clone(),
@@ -1495,7 +1501,7 @@ impl Runner {
         timings: Timings,
         screenshot: Option<String>,
     ) -> Result<(), Stop> {
-        self.emit(Event::ActionFinished {
+        self.emit(RunEvent::ActionFinished {
             step: st.step,
             call_id: call.id.clone(),
             action: call.request.clone(),
@@ -1671,14 +1677,15 @@ impl Runner {
             }
         }
         if let Some(message) = &error {
-            self.error_event(st, "action_failed", message).await?;
+            self.error_event(st, ErrorKind::ActionFailed, message)
+                .await?;
             notes.push(message.clone());
         }
         if let Some(message) = &interrupted {
             notes.push(message.clone());
         }
         result.text = notes.join("\n");
-        self.emit(Event::ActionFinished {
+        self.emit(RunEvent::ActionFinished {
             step: st.step,
             call_id: call.id.clone(),
             action: call.request.clone(),

@@ -24,7 +24,7 @@ pub struct ImageRef {
 }
 
 /// A safety check raised by the provider on a tool call (OpenAI's `pending_safety_checks`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SafetyCheck {
     pub id: String,
     #[serde(default)]

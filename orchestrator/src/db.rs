@@ -14,7 +14,7 @@ mod runs;
 
 pub use console::ConsoleSessionRecord;
 pub use runs::{
-    ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunState, StatusChange,
+    ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StatusChange,
 };
 
 use std::collections::BTreeMap;

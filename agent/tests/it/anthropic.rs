@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use agent::gateway::{HttpOptions, RetryPolicy};
 use agent::model::anthropic::{AnthropicModel, AnthropicOptions};
-use agent::{DesktopAction, EditCommand, Event, Limits, Model, RunConfig, RunStatus, Secret};
+use agent::{
+    DesktopAction, EditCommand, ErrorKind, Limits, Model, RunConfig, RunEvent, RunStatus, Secret,
+};
 use common::computer::{Call, RecordingComputer};
 use common::provider::{ProviderServer, Reply};
 use common::streams::{self, anthropic_action, anthropic_final, text, thinking, tool_use};
@@ -195,7 +197,7 @@ async fn events_name_the_observation_timings_and_usage() -> anyhow::Result<()> {
     let finished = events
         .iter()
         .find_map(|e| match e {
-            Event::ActionFinished {
+            RunEvent::ActionFinished {
                 observation_id,
                 screenshot,
                 screen_points,
@@ -225,7 +227,7 @@ async fn events_name_the_observation_timings_and_usage() -> anyhow::Result<()> {
     assert_eq!(finished.2, vec![(10, 20)]);
     let _ = finished.3.action_ms;
     let usage = events.iter().find_map(|e| match e {
-        Event::Usage { usage, .. } => Some(*usage),
+        RunEvent::Usage { usage, .. } => Some(*usage),
         _ => None,
     });
     assert_eq!(
@@ -349,11 +351,14 @@ async fn out_of_range_coordinates_are_refused_not_clamped() -> anyhow::Result<()
         text.contains("(5000, 10)") && text.contains("outside the 1280x800 screenshot"),
         "{text}"
     );
-    assert!(
-        sink.events().iter().any(
-            |e| matches!(e, Event::Error { kind, fatal: false, .. } if kind == "action_refused")
-        )
-    );
+    assert!(sink.events().iter().any(|e| matches!(
+        e,
+        RunEvent::Error {
+            kind: ErrorKind::ActionRefused,
+            fatal: false,
+            ..
+        }
+    )));
     Ok(())
 }
 
@@ -395,7 +400,7 @@ async fn the_same_action_without_effect_is_warned_about_then_fails_the_run() -> 
     let last = sink.events().last().cloned();
     assert!(matches!(
         last,
-        Some(Event::RunStatus {
+        Some(RunEvent::RunStatus {
             status: RunStatus::Failed,
             ..
         })

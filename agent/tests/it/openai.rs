@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use agent::gateway::HttpOptions;
 use agent::model::openai::{OpenAiModel, OpenAiOptions};
-use agent::{DesktopAction, Event, Model, Phase, RunConfig, RunStatus, Secret};
+use agent::{DesktopAction, Model, Phase, RunConfig, RunEvent, RunStatus, Secret};
 use common::computer::RecordingComputer;
 use common::provider::{ProviderServer, Reply};
 use common::streams::{
@@ -93,7 +93,7 @@ async fn batched_actions_run_and_reasoning_goes_back_with_the_screenshot() -> an
         }
     );
     let points = sink.events().iter().find_map(|e| match e {
-        Event::ActionFinished { screen_points, .. } => Some(screen_points.clone()),
+        RunEvent::ActionFinished { screen_points, .. } => Some(screen_points.clone()),
         _ => None,
     });
     assert_eq!(points, Some(vec![(640, 400)]));
@@ -152,10 +152,10 @@ async fn safety_checks_wait_for_the_person_and_are_acknowledged_only_on_approval
     let output = &items_of(&server.bodies()[1], "computer_call_output")[0];
     assert_eq!(output["acknowledged_safety_checks"], check);
     let events = sink.events();
-    assert!(events.iter().any(|e| matches!(e, Event::InputRequested { kind: agent::event::InputKind::SafetyCheck, safety_checks, .. } if safety_checks.len() == 1)));
+    assert!(events.iter().any(|e| matches!(e, RunEvent::InputRequested { kind: agent::event::InputKind::SafetyCheck, safety_checks, .. } if safety_checks.len() == 1)));
     assert!(events.iter().any(|e| matches!(
         e,
-        Event::InputReceived {
+        RunEvent::InputReceived {
             approved: Some(true),
             ..
         }

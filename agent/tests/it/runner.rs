@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use agent::model::anthropic::{AnthropicModel, AnthropicOptions};
 use agent::{
-    ActionOutcome, Checkpoint, DesktopAction, Event, EventSink, Limits, Model, ModelOptions,
-    ModelSpec, Phase, RecordingSink, RunConfig, RunError, RunStatus, Runner, Secret, build_model,
+    ActionOutcome, Checkpoint, DesktopAction, ErrorKind, EventSink, Limits, Model, ModelOptions,
+    ModelSpec, Phase, RecordingSink, RunConfig, RunError, RunEvent, RunStatus, Runner, Secret,
+    build_model,
 };
 use base64::Engine;
 use common::computer::{Call, RecordingComputer};
@@ -123,7 +124,7 @@ async fn the_shipped_script_draws_three_strokes_and_saves() -> anyhow::Result<()
     // Every desktop action names its observation, and screenshots reach the sink first.
     let shots: Vec<String> = sink.screenshots().into_iter().map(|(m, _)| m.id).collect();
     for event in sink.events() {
-        if let Event::ActionFinished {
+        if let RunEvent::ActionFinished {
             action: agent::ToolRequest::Desktop { .. },
             observation_id,
             screenshot,
@@ -142,7 +143,7 @@ async fn the_shipped_script_draws_three_strokes_and_saves() -> anyhow::Result<()
         .events()
         .into_iter()
         .filter_map(|e| match e {
-            Event::ActionStarted { call_id, .. } => Some(call_id),
+            RunEvent::ActionStarted { call_id, .. } => Some(call_id),
             _ => None,
         })
         .collect();
@@ -150,7 +151,7 @@ async fn the_shipped_script_draws_three_strokes_and_saves() -> anyhow::Result<()
         .checkpointed()
         .into_iter()
         .map(|(event, checkpoint)| match event {
-            Event::ActionStarted { call_id, .. } => {
+            RunEvent::ActionStarted { call_id, .. } => {
                 assert_eq!(checkpoint.in_flight.as_deref(), Some(call_id.as_str()));
                 call_id
             }
@@ -362,11 +363,13 @@ async fn actions_planned_before_a_takeover_are_refused_as_stale() -> anyhow::Res
         text.contains("planned on screenshot 1") && text.contains("is newer"),
         "{text}"
     );
-    assert!(
-        sink.events()
-            .iter()
-            .any(|e| matches!(e, Event::Error { kind, .. } if kind == "action_refused"))
-    );
+    assert!(sink.events().iter().any(|e| matches!(
+        e,
+        RunEvent::Error {
+            kind: ErrorKind::ActionRefused,
+            ..
+        }
+    )));
     Ok(())
 }
 
@@ -388,7 +391,7 @@ async fn nothing_is_emitted_after_a_cancel_mid_action() -> anyhow::Result<()> {
     let events = run.sink.events();
     assert!(matches!(
         events.last(),
-        Some(Event::RunStatus {
+        Some(RunEvent::RunStatus {
             status: RunStatus::Canceled,
             ..
         })
@@ -455,13 +458,11 @@ async fn request_human_waits_for_the_answer() -> anyhow::Result<()> {
     assert_eq!(outcome.answer.as_deref(), Some("done"));
     let events = sink.events();
     assert!(events.iter().any(
-        |e| matches!(e, Event::InputRequested { question, .. } if question == "Which colour?")
+        |e| matches!(e, RunEvent::InputRequested { question, .. } if question == "Which colour?")
     ));
-    assert!(
-        events.iter().any(
-            |e| matches!(e, Event::InputReceived { text, approved: None, .. } if text == "red")
-        )
-    );
+    assert!(events.iter().any(
+        |e| matches!(e, RunEvent::InputReceived { text, approved: None, .. } if text == "red")
+    ));
     Ok(())
 }
 
@@ -514,7 +515,7 @@ async fn a_resumed_script_reports_the_action_in_flight_as_unknown_and_never_repl
     assert_eq!(shells, vec!["echo two".to_string()]);
     assert!(sink.events().iter().any(|e| matches!(
         e,
-        Event::ActionFinished { call_id, outcome: ActionOutcome::Unknown, .. } if call_id == "script-1"
+        RunEvent::ActionFinished { call_id, outcome: ActionOutcome::Unknown, .. } if call_id == "script-1"
     )));
     Ok(())
 }
@@ -602,10 +603,17 @@ async fn step_and_time_limits_end_the_run() -> anyhow::Result<()> {
     );
     let events = sink.events();
     let tail = &events[events.len() - 2..];
-    assert!(matches!(&tail[0], Event::Error { kind, fatal: true, .. } if kind == "limit"));
+    assert!(matches!(
+        &tail[0],
+        RunEvent::Error {
+            kind: ErrorKind::Limit,
+            fatal: true,
+            ..
+        }
+    ));
     assert!(matches!(
         &tail[1],
-        Event::RunStatus {
+        RunEvent::RunStatus {
             status: RunStatus::Failed,
             ..
         }

@@ -39,6 +39,25 @@ pub fn finish(document: &mut OpenApi) {
     );
     agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
     document_busy_database(document);
+    document_run_events(document);
+}
+
+/// Lists the shapes of a run's events (`RunEventData`, the agent's [`agent::RunEvent`], and
+/// what it is made of): a stored `RunEvent` is one of them with `seq` and `at`, its fields
+/// carried loose on the wire so that a client meets a new event type as unknown, not as an
+/// error.
+fn document_run_events(document: &mut OpenApi) {
+    use utoipa::{PartialSchema, ToSchema};
+    let components = document.components.get_or_insert_with(Default::default);
+    let mut schemas = Vec::new();
+    agent::RunEvent::schemas(&mut schemas);
+    schemas.push((
+        agent::RunEvent::name().into_owned(),
+        agent::RunEvent::schema(),
+    ));
+    for (name, schema) in schemas {
+        components.schemas.entry(name).or_insert(schema);
+    }
 }
 
 /// Every operation but `/healthz` reads or writes the database, which may be busy (see

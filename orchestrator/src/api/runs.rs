@@ -24,7 +24,7 @@ use super::types::{
     RunEventPage, RunInputRequest, RunLimits, RunList, RunStatus, RunUrls,
 };
 use crate::auth::Caller;
-use crate::db::{ArtifactRecord, EventRecord, RunRecord, RunState};
+use crate::db::{ArtifactRecord, EventRecord, RunRecord};
 use crate::runs::{Created, RunRequest};
 use agentbox_http::timestamp::rfc3339_from_unix_ms as rfc3339;
 
@@ -48,25 +48,13 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(artifact))
 }
 
-fn status(state: RunState) -> RunStatus {
-    match state {
-        RunState::Queued => RunStatus::Queued,
-        RunState::Running => RunStatus::Running,
-        RunState::Paused => RunStatus::Paused,
-        RunState::WaitingForInput => RunStatus::WaitingForInput,
-        RunState::Completed => RunStatus::Completed,
-        RunState::Failed => RunStatus::Failed,
-        RunState::Canceled => RunStatus::Canceled,
-    }
-}
-
 /// The wire form of a run.
 pub fn to_wire(state: &AppState, record: &RunRecord) -> Run {
     let base = format!("{}/v1/runs/{}", state.public_url, record.id);
-    let limits: agent::Limits = serde_json::from_str(&record.limits).unwrap_or_default();
+    let limits = record.limits;
     Run {
         id: record.id.clone(),
-        status: status(record.status),
+        status: record.status,
         task: record.task.clone(),
         model: record.model.clone(),
         sandbox_id: record.sandbox_id.clone(),
@@ -190,7 +178,7 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<RunList>, ApiError> {
-    let (status, metadata) = super::extract::list_query::<RunState>(query.as_deref())?;
+    let (status, metadata) = super::extract::list_query::<RunStatus>(query.as_deref())?;
     let records = state.runs.list(caller.owner(), status, &metadata).await?;
     Ok(Json(RunList {
         runs: records.iter().map(|r| to_wire(&state, r)).collect(),
@@ -368,7 +356,7 @@ pub async fn events(
             let next_after_seq = events.last().map_or(after, |e| e.seq);
             let page = RunEventPage {
                 done: run.status.is_terminal() && next_after_seq >= run.last_seq,
-                status: status(run.status),
+                status: run.status,
                 next_after_seq,
                 events: events.iter().map(event_wire).collect(),
             };

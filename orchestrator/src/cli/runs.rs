@@ -121,7 +121,7 @@ async fn control<B: serde::Serialize>(
         .send(Method::POST, &format!("/v1/runs/{id}/{verb}"), body)
         .await?
         .decode()?;
-    println!("{} {}", run.id, status_name(run.status));
+    println!("{} {}", run.id, run.status.as_str());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -181,7 +181,7 @@ async fn start(client: &Client, args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("watch it live: {}", token.viewer_url);
             break;
         }
-        if is_terminal(current.status) || Instant::now() > deadline {
+        if current.status.is_terminal() || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(FOLLOW_EVERY).await;
@@ -208,7 +208,7 @@ async fn follow_events(client: &Client, id: &str, follow: bool) -> anyhow::Resul
         if page.done || (!follow && page.events.is_empty()) {
             return Ok(if page.status == RunStatus::Completed {
                 ExitCode::SUCCESS
-            } else if is_terminal(page.status) {
+            } else if page.status.is_terminal() {
                 ExitCode::FAILURE
             } else {
                 ExitCode::SUCCESS
@@ -220,103 +220,91 @@ async fn follow_events(client: &Client, id: &str, follow: bool) -> anyhow::Resul
     }
 }
 
-fn is_terminal(status: RunStatus) -> bool {
-    matches!(
-        status,
-        RunStatus::Completed | RunStatus::Failed | RunStatus::Canceled
-    )
-}
-
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Queued => "queued",
-        RunStatus::Running => "running",
-        RunStatus::Paused => "paused",
-        RunStatus::WaitingForInput => "waiting_for_input",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Canceled => "canceled",
-    }
-}
-
-fn text(event: &RunEvent, field: &str) -> String {
-    match event.fields.get(field) {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => String::new(),
-    }
-}
-
-/// What the action was, briefly: its name and the fields that say most.
-fn action_summary(action: Option<&serde_json::Value>) -> String {
-    let Some(action) = action else {
-        return String::new();
-    };
-    let compact = action.to_string();
-    if compact.len() > 120 {
+/// What the action was, briefly: its JSON, cut at 120 characters.
+fn action_summary(action: &agent::ToolRequest) -> String {
+    let compact = serde_json::to_string(action).unwrap_or_default();
+    if compact.chars().count() > 120 {
         format!("{}…", compact.chars().take(120).collect::<String>())
     } else {
         compact
     }
 }
 
+/// The event as the agent's type, or `None` for a type this CLI does not know (a newer server).
+fn typed(event: &RunEvent) -> Option<agent::RunEvent> {
+    let mut object = event.fields.clone();
+    object.insert("type".into(), serde_json::Value::String(event.kind.clone()));
+    serde_json::from_value(serde_json::Value::Object(object)).ok()
+}
+
 /// One event as a line: `#seq [step n] type details`.
 pub(super) fn format_event(event: &RunEvent) -> String {
-    let step = event
-        .fields
-        .get("step")
-        .and_then(serde_json::Value::as_u64)
-        .map(|s| format!("[step {s}] "))
-        .unwrap_or_default();
-    let details = match event.kind.as_str() {
-        "run.status" => {
-            let mut line = text(event, "status");
-            for field in ["reason", "answer"] {
-                let value = text(event, field);
-                if !value.is_empty() {
-                    line.push_str(&format!(" — {value}"));
-                }
+    use agent::RunEvent as E;
+    let (step, details) = match typed(event) {
+        None => (None, String::new()),
+        Some(E::RunStatus {
+            status,
+            reason,
+            answer,
+        }) => {
+            let mut line = status.as_str().to_string();
+            for value in [reason, answer].into_iter().flatten() {
+                line.push_str(&format!(" — {value}"));
             }
-            line
+            (None, line)
         }
-        "agent.message" | "agent.reasoning" => text(event, "text"),
-        "action.started" => action_summary(event.fields.get("action")),
-        "action.finished" => {
-            let timings = event.fields.get("timings");
-            let ms = |name: &str| {
-                timings
-                    .and_then(|t| t.get(name))
-                    .and_then(serde_json::Value::as_u64)
-                    .unwrap_or(0)
-            };
+        Some(E::AgentMessage { step, text } | E::AgentReasoning { step, text }) => {
+            (Some(step), text)
+        }
+        Some(E::ActionStarted { step, action, .. }) => (Some(step), action_summary(&action)),
+        Some(E::ActionFinished {
+            step,
+            action,
+            outcome,
+            error,
+            timings,
+            ..
+        }) => {
+            let outcome = serde_json::to_value(outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
             let mut line = format!(
-                "{} {} (capture {} ms, model {} ms, action {} ms, settle {} ms)",
-                text(event, "outcome"),
-                action_summary(event.fields.get("action")),
-                ms("capture_ms"),
-                ms("model_ms"),
-                ms("action_ms"),
-                ms("settle_ms"),
+                "{outcome} {} (capture {} ms, model {} ms, action {} ms, settle {} ms)",
+                action_summary(&action),
+                timings.capture_ms,
+                timings.model_ms,
+                timings.action_ms,
+                timings.settle_ms,
             );
-            let error = text(event, "error");
-            if !error.is_empty() {
+            if let Some(error) = error {
                 line.push_str(&format!(" — {error}"));
             }
-            line
+            (Some(step), line)
         }
-        "control.returned" => text(event, "note"),
-        "input.requested" => text(event, "question"),
-        "input.received" => text(event, "text"),
-        "artifact.created" => format!("{} ({} bytes)", text(event, "name"), text(event, "size")),
-        "artifact.skipped" => format!(
-            "{} ({} bytes) not kept: {}",
-            text(event, "name"),
-            text(event, "size"),
-            text(event, "reason")
+        Some(E::ControlTaken {}) => (None, String::new()),
+        Some(E::ControlReturned { note }) => (None, note.unwrap_or_default()),
+        Some(E::InputRequested { question, .. }) => (None, question),
+        Some(E::InputReceived { text, .. }) => (None, text),
+        Some(E::ArtifactCreated { name, size, .. }) => (None, format!("{name} ({size} bytes)")),
+        Some(E::ArtifactSkipped { name, size, reason }) => {
+            (None, format!("{name} ({size} bytes) not kept: {reason}"))
+        }
+        Some(E::Error {
+            step,
+            kind,
+            message,
+            ..
+        }) => (step, format!("{}: {message}", kind.as_str())),
+        Some(E::Usage { step, total, .. }) => (
+            Some(step),
+            format!(
+                "{} tokens in, {} out so far",
+                total.input_tokens, total.output_tokens
+            ),
         ),
-        "error" => format!("{}: {}", text(event, "kind"), text(event, "message")),
-        _ => String::new(),
     };
+    let step = step.map(|s| format!("[step {s}] ")).unwrap_or_default();
     format!("#{} {step}{} {details}", event.seq, event.kind)
         .trim_end()
         .to_string()
@@ -329,7 +317,7 @@ fn run_table(list: &RunList) -> String {
         out.push_str(&format!(
             "{}\t{}\t{}\t{}\t{}\n",
             run.id,
-            status_name(run.status),
+            run.status.as_str(),
             run.created_at,
             run.model,
             task.replace(['\n', '\t'], " ")
@@ -362,10 +350,11 @@ mod tests {
             format_event(&event(
                 7,
                 "action.finished",
-                json!({"step": 3, "outcome": "ok", "action": {"name": "computer"},
+                json!({"step": 3, "call_id": "c1", "outcome": "ok",
+                       "action": {"kind": "screenshot"},
                        "timings": {"capture_ms": 12, "model_ms": 900, "action_ms": 5, "settle_ms": 140}})
             )),
-            "#7 [step 3] action.finished ok {\"name\":\"computer\"} (capture 12 ms, model 900 ms, action 5 ms, settle 140 ms)"
+            "#7 [step 3] action.finished ok {\"kind\":\"screenshot\"} (capture 12 ms, model 900 ms, action 5 ms, settle 140 ms)"
         );
         assert_eq!(
             format_event(&event(
@@ -379,9 +368,22 @@ mod tests {
             format_event(&event(
                 4,
                 "error",
-                json!({"step": 2, "kind": "action_refused", "message": "stale"})
+                json!({"step": 2, "kind": "action_refused", "message": "stale", "fatal": false})
             )),
             "#4 [step 2] error action_refused: stale"
+        );
+        assert_eq!(
+            format_event(&event(
+                5,
+                "artifact.skipped",
+                json!({"name": "outputs/big.bin", "size": 9, "reason": "over budget"})
+            )),
+            "#5 artifact.skipped outputs/big.bin (9 bytes) not kept: over budget"
+        );
+        // A type this CLI does not know still reads as its seq and type.
+        assert_eq!(
+            format_event(&event(6, "sandbox.moved", json!({"to": "elsewhere"}))),
+            "#6 sandbox.moved"
         );
     }
 }

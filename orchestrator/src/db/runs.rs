@@ -6,70 +6,13 @@
 //! terminal state nothing more is written to its log.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 
 use sqlx::any::AnyRow;
 
 use super::{Result, Store, StoreError, from_json, get, query_error, to_json};
 
-/// Where a run is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RunState {
-    /// Accepted; waiting for its sandbox or for a driver.
-    Queued,
-    Running,
-    /// A person holds control.
-    Paused,
-    /// The agent asked the person something.
-    WaitingForInput,
-    Completed,
-    Failed,
-    Canceled,
-}
-
-impl RunState {
-    pub const ALL: [RunState; 7] = [
-        Self::Queued,
-        Self::Running,
-        Self::Paused,
-        Self::WaitingForInput,
-        Self::Completed,
-        Self::Failed,
-        Self::Canceled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Running => "running",
-            Self::Paused => "paused",
-            Self::WaitingForInput => "waiting_for_input",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Canceled => "canceled",
-        }
-    }
-
-    /// Completed, failed or canceled: never changes again.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Canceled)
-    }
-}
-
-impl FromStr for RunState {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|state| state.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown status `{s}` (one of queued, running, paused, waiting_for_input, \
-                     completed, failed, canceled)"
-                )
-            })
-    }
-}
+/// Where a run is: the agent's own status type, stored by its `as_str` name.
+pub use agent::RunStatus;
 
 /// One run.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,9 +24,10 @@ pub struct RunRecord {
     pub sandbox_id: Option<String>,
     /// The run took its sandbox (and removes it at the end); `false` when the caller named it.
     pub sandbox_taken: bool,
-    pub status: RunState,
+    pub status: RunStatus,
     /// `agent::Limits` as JSON.
-    pub limits: String,
+    /// Stored as JSON; decoded once, here.
+    pub limits: agent::Limits,
     pub metadata: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
     pub request_hash: Option<String>,
@@ -124,7 +68,7 @@ pub struct ArtifactRecord {
 /// A status change that goes with an appended event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusChange {
-    pub status: RunState,
+    pub status: RunStatus,
     pub answer: Option<String>,
     pub reason: Option<String>,
 }
@@ -143,7 +87,7 @@ pub enum RunInsert {
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub owner_key_id: Option<String>,
-    pub status: Option<RunState>,
+    pub status: Option<RunStatus>,
 }
 
 const RUN_COLUMNS: &str = "id, owner_key_id, task, model, sandbox_id, sandbox_taken, status, \
@@ -180,7 +124,7 @@ impl Store {
             .bind(&run.sandbox_id)
             .bind(i64::from(run.sandbox_taken))
             .bind(run.status.as_str())
-            .bind(&run.limits)
+            .bind(limits_json(&run.limits))
             .bind(to_json(&run.metadata))
             .bind(&run.idempotency_key)
             .bind(&run.request_hash)
@@ -661,7 +605,12 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
             what: "runs.status",
             message,
         })?,
-        limits: get(row, "limits")?,
+        limits: serde_json::from_str(&get::<String>(row, "limits")?).map_err(|e| {
+            StoreError::Corrupt {
+                what: "runs.limits",
+                message: e.to_string(),
+            }
+        })?,
         metadata: from_json("runs.metadata", &metadata)?,
         idempotency_key: get(row, "idempotency_key")?,
         request_hash: get(row, "request_hash")?,
@@ -674,6 +623,11 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
         updated_at: get(row, "updated_at")?,
         ended_at: get(row, "ended_at")?,
     })
+}
+
+fn limits_json(limits: &agent::Limits) -> String {
+    // Three numbers always serialise.
+    serde_json::to_string(limits).unwrap_or_else(|_| "{}".into())
 }
 
 fn artifact_from_row(row: &AnyRow) -> Result<ArtifactRecord> {

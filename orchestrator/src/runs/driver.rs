@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use agent::{
-    Checkpoint, Computer, Event, EventSink, Limits, ModelSpec, RunConfig, RunStatus, Runner,
+    Checkpoint, Computer, ErrorKind, EventSink, ModelSpec, RunConfig, RunEvent, RunStatus, Runner,
     SandboxdComputer,
 };
 use sandbox_client::SandboxClient;
@@ -68,14 +68,14 @@ async fn renew_lease(runs: Arc<Runs>, id: String) {
 }
 
 /// Emits a fatal error and the failed status.
-async fn fail(sink: &RunSink, kind: &str, message: String) {
-    let error = Event::Error {
+async fn fail(sink: &RunSink, kind: ErrorKind, message: String) {
+    let error = RunEvent::Error {
         step: None,
-        kind: kind.to_string(),
+        kind,
         message: message.clone(),
         fatal: true,
     };
-    let status = Event::RunStatus {
+    let status = RunEvent::RunStatus {
         status: RunStatus::Failed,
         reason: Some(message),
         answer: None,
@@ -89,7 +89,7 @@ async fn fail(sink: &RunSink, kind: &str, message: String) {
 }
 
 async fn canceled(sink: &RunSink) {
-    let status = Event::RunStatus {
+    let status = RunEvent::RunStatus {
         status: RunStatus::Canceled,
         reason: None,
         answer: None,
@@ -124,8 +124,11 @@ async fn drive(
     if resume.is_none()
         && let Err(error) = bare
             .append(
-                "run.status",
-                serde_json::json!({"type": "run.status", "status": "queued"}).to_string(),
+                &RunEvent::RunStatus {
+                    status: RunStatus::Queued,
+                    reason: None,
+                    answer: None,
+                },
                 None,
             )
             .await
@@ -139,7 +142,12 @@ async fn drive(
         Some(id) => match runs.sandboxes.get_ready(id, None).await {
             Ok(record) => record,
             Err(error) => {
-                return fail(&bare, "sandbox_error", format!("sandbox {id}: {error}")).await;
+                return fail(
+                    &bare,
+                    ErrorKind::SandboxError,
+                    format!("sandbox {id}: {error}"),
+                )
+                .await;
             }
         },
         None => {
@@ -150,7 +158,7 @@ async fn drive(
                 created = create => match created {
                     Ok((record, _)) => record,
                     Err(error) => {
-                        return fail(&bare, "sandbox_error", format!("no sandbox for the run: {error}")).await;
+                        return fail(&bare, ErrorKind::SandboxError, format!("no sandbox for the run: {error}")).await;
                     }
                 },
                 () = active.cancel_requested.notified() => return canceled(&bare).await,
@@ -166,8 +174,12 @@ async fn drive(
                     return;
                 }
                 Err(error) => {
-                    return fail(&bare, "internal", format!("recording the sandbox: {error}"))
-                        .await;
+                    return fail(
+                        &bare,
+                        ErrorKind::Internal,
+                        format!("recording the sandbox: {error}"),
+                    )
+                    .await;
                 }
             }
         }
@@ -176,7 +188,7 @@ async fn drive(
 
     let (computer, link) = match connect(&runs, &sandbox).await {
         Ok(parts) => parts,
-        Err(message) => return fail(&bare, "sandbox_error", message).await,
+        Err(message) => return fail(&bare, ErrorKind::SandboxError, message).await,
     };
     let sink = Arc::new(RunSink::new(runs.clone(), &run, active.clone(), Some(link)));
     let model = match ModelSpec::parse(&run.model)
@@ -184,11 +196,7 @@ async fn drive(
         .and_then(|spec| agent::build_model(&spec, &runs.models).map_err(|e| e.to_string()))
     {
         Ok(model) => model,
-        Err(message) => return fail(&sink, "model_error", message).await,
-    };
-    let limits: Limits = match serde_json::from_str(&run.limits) {
-        Ok(limits) => limits,
-        Err(error) => return fail(&sink, "internal", format!("stored limits: {error}")).await,
+        Err(message) => return fail(&sink, ErrorKind::ModelError, message).await,
     };
     let checkpoint = match resume
         .flatten()
@@ -197,11 +205,16 @@ async fn drive(
         None => None,
         Some(Ok(checkpoint)) => Some(checkpoint),
         Some(Err(error)) => {
-            return fail(&sink, "internal", format!("stored checkpoint: {error}")).await;
+            return fail(
+                &sink,
+                ErrorKind::Internal,
+                format!("stored checkpoint: {error}"),
+            )
+            .await;
         }
     };
     let mut config = RunConfig::new(run.task.clone());
-    config.limits = limits;
+    config.limits = run.limits;
 
     if start_or_canceled(&active) {
         return canceled(&sink).await;
@@ -232,7 +245,7 @@ async fn drive(
         Err(agent::RunError::Sink(error)) => {
             tracing::warn!(%error, "the run stopped: its events cannot be written");
         }
-        Err(error) => fail(&sink, "internal", error.to_string()).await,
+        Err(error) => fail(&sink, ErrorKind::Internal, error.to_string()).await,
     }
     // Whatever happened, the person gets the desktop back.
     runs.sandboxes.set_control_input(&sandbox.id, true);

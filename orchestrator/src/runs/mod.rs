@@ -29,7 +29,7 @@ use tokio::sync::{Notify, broadcast, mpsc, watch};
 
 use crate::db::Store;
 use crate::db::{
-    ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunState, StoreError,
+    ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StoreError,
 };
 use crate::sandboxes::{SandboxError, Sandboxes};
 use crate::secret::{new_id, now_ms};
@@ -296,8 +296,8 @@ impl Runs {
             model: spec.to_string(),
             sandbox_id: request.sandbox_id.clone(),
             sandbox_taken: false,
-            status: RunState::Queued,
-            limits: serde_json::to_string(&limits).map_err(|e| invalid("limits", e.to_string()))?,
+            status: RunStatus::Queued,
+            limits,
             metadata: request.metadata.clone(),
             idempotency_key: request.idempotency_key.clone(),
             request_hash: Some(hash.clone()),
@@ -370,7 +370,7 @@ impl Runs {
     pub async fn list(
         &self,
         owner: Option<&str>,
-        status: Option<RunState>,
+        status: Option<RunStatus>,
         metadata: &BTreeMap<String, String>,
     ) -> Result<Vec<RunRecord>, RunError> {
         let runs = self
@@ -703,8 +703,8 @@ pub fn ends_run(event: &EventRecord) -> bool {
     event.kind == "run.status"
         && serde_json::from_str::<serde_json::Value>(&event.data)
             .ok()
-            .and_then(|v| v.get("status")?.as_str()?.parse::<RunState>().ok())
-            .is_some_and(RunState::is_terminal)
+            .and_then(|v| v.get("status")?.as_str()?.parse::<RunStatus>().ok())
+            .is_some_and(RunStatus::is_terminal)
 }
 
 fn poisoned() -> RunError {

@@ -10,18 +10,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent::{Checkpoint, Event, EventSink, ObservationMeta, RunStatus, SinkError};
+use agent::{Checkpoint, EventSink, ObservationMeta, RunEvent, SinkError};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sandbox_client::types::FileListRequest;
 use sandbox_client::{ClientError, SandboxClient};
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use super::artifacts::{MAX_ARTIFACT_BYTES, MAX_OUTPUT_FILES, artifact_name, sniff_content_type};
 use super::{ActiveRun, Runs};
-use crate::db::{ArtifactRecord, EventRecord, RunState, StatusChange};
+use crate::db::{ArtifactRecord, EventRecord, StatusChange};
 use crate::secret::now_ms;
 
 /// The most time the final copy of `~/outputs` may take before the terminal status.
@@ -75,24 +74,24 @@ impl RunSink {
         }
     }
 
-    /// Appends an event given as JSON (with its `type`), then publishes it.
+    /// Appends an event, then publishes it.
     pub(crate) async fn append(
         &self,
-        kind: &str,
-        data: String,
+        event: &RunEvent,
         change: Option<StatusChange>,
     ) -> Result<i64, SinkError> {
-        self.append_with(kind, data, change, None).await
+        self.append_with(event, change, None).await
     }
 
     /// Like [`append`](Self::append), storing `checkpoint` in the same transaction.
     async fn append_with(
         &self,
-        kind: &str,
-        data: String,
+        event: &RunEvent,
         change: Option<StatusChange>,
         checkpoint: Option<&str>,
     ) -> Result<i64, SinkError> {
+        let kind = event.kind();
+        let data = serde_json::to_string(event).map_err(|e| SinkError(e.to_string()))?;
         let at = now_ms();
         let store = &self.runs.store;
         let owner = &self.runs.lease_owner;
@@ -217,18 +216,14 @@ impl RunSink {
                 }
                 Ok(record) => {
                     copied.insert(name, stamp);
-                    let event = json!({
-                        "type": "artifact.created",
-                        "name": record.name,
-                        "kind": record.kind,
-                        "size": record.size,
-                        "content_type": record.content_type,
-                        "sha256": record.sha256,
-                    });
-                    if let Err(error) = self
-                        .append("artifact.created", event.to_string(), None)
-                        .await
-                    {
+                    let event = RunEvent::ArtifactCreated {
+                        name: record.name,
+                        kind: record.kind,
+                        size: u64::try_from(record.size).unwrap_or(0),
+                        content_type: record.content_type,
+                        sha256: record.sha256,
+                    };
+                    if let Err(error) = self.append(&event, None).await {
                         tracing::debug!(run_id = %self.run_id, %error, "artifact event not written");
                         return;
                     }
@@ -243,17 +238,14 @@ impl RunSink {
     /// An `artifact.skipped` event: `name` (`size` bytes) was not kept, and why.
     async fn skipped(&self, name: &str, size: usize, reason: &str) -> Result<i64, SinkError> {
         tracing::warn!(run_id = %self.run_id, %name, size, %reason, "artifact not kept");
-        let event = json!({
-            "type": "artifact.skipped",
-            "name": name,
-            "size": size,
-            "reason": reason,
-        });
-        self.append("artifact.skipped", event.to_string(), None)
-            .await
-            .inspect_err(|error| {
-                tracing::debug!(run_id = %self.run_id, %error, "artifact event not written");
-            })
+        let event = RunEvent::ArtifactSkipped {
+            name: name.to_string(),
+            size: u64::try_from(size).unwrap_or(u64::MAX),
+            reason: reason.to_string(),
+        };
+        self.append(&event, None).await.inspect_err(|error| {
+            tracing::debug!(run_id = %self.run_id, %error, "artifact event not written");
+        })
     }
 
     /// Whether `size` more bytes under `name` fit the run's and the key's artifact budgets.
@@ -315,14 +307,14 @@ impl RunSink {
 
     /// Writes `event` (with `checkpoint` in the same transaction when given) and does what
     /// it implies for the control gate and the outputs copier.
-    async fn emit_with(&self, event: Event, checkpoint: Option<&str>) -> Result<(), SinkError> {
+    async fn emit_with(&self, event: RunEvent, checkpoint: Option<&str>) -> Result<(), SinkError> {
         let change = match &event {
-            Event::RunStatus {
+            RunEvent::RunStatus {
                 status,
                 reason,
                 answer,
             } => Some(StatusChange {
-                status: run_state(*status),
+                status: *status,
                 answer: answer.clone(),
                 reason: reason.clone(),
             }),
@@ -343,18 +335,16 @@ impl RunSink {
             }
             final_copy = Some(copied);
         }
-        if matches!(event, Event::ControlReturned { .. }) {
+        if matches!(event, RunEvent::ControlReturned { .. }) {
             // Closed before the agent can act again.
             self.set_gate(false);
         }
-        let data = serde_json::to_string(&event).map_err(|e| SinkError(e.to_string()))?;
-        self.append_with(event.kind(), data, change, checkpoint)
-            .await?;
+        self.append_with(&event, change, checkpoint).await?;
         match event {
             // The in-flight action has finished: the person's input goes through now.
-            Event::ControlTaken {} => self.set_gate(true),
+            RunEvent::ControlTaken {} => self.set_gate(true),
             // New files are copied as they appear, off the loop's path.
-            Event::ActionFinished { .. } if self.sandbox.is_some() => {
+            RunEvent::ActionFinished { .. } if self.sandbox.is_some() => {
                 self.active.copy_outputs.notify_one();
             }
             _ => {}
@@ -375,29 +365,18 @@ impl RunSink {
     }
 }
 
-pub(crate) fn run_state(status: RunStatus) -> RunState {
-    match status {
-        RunStatus::Running => RunState::Running,
-        RunStatus::Paused => RunState::Paused,
-        RunStatus::WaitingForInput => RunState::WaitingForInput,
-        RunStatus::Completed => RunState::Completed,
-        RunStatus::Failed => RunState::Failed,
-        RunStatus::Canceled => RunState::Canceled,
-    }
-}
-
 #[async_trait]
 impl EventSink for RunSink {
-    async fn emit(&self, event: Event) -> Result<(), SinkError> {
+    async fn emit(&self, event: RunEvent) -> Result<(), SinkError> {
         self.emit_with(event, None).await
     }
 
     async fn emit_checkpointed(
         &self,
-        event: Event,
+        event: RunEvent,
         checkpoint: &Checkpoint,
     ) -> Result<(), SinkError> {
-        if matches!(event, Event::RunStatus { .. }) {
+        if matches!(event, RunEvent::RunStatus { .. }) {
             // A status change has its own write; the checkpoint goes first.
             self.checkpoint(checkpoint).await?;
             return self.emit(event).await;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use agentbox_tests::router::{Answer, Call, send};
 use axum::http::StatusCode;
 use orchestrator::db::{
-    ConsoleSessionRecord, RunRecord, RunState, SandboxRecord, SandboxStatus, Store,
+    ConsoleSessionRecord, RunRecord, RunStatus, SandboxRecord, SandboxStatus, Store,
 };
 use serde_json::{Value, json};
 
@@ -113,8 +113,8 @@ impl Console {
                 model: "script:draw-red-triangle.json".into(),
                 sandbox_id: Some(sandbox.into()),
                 sandbox_taken: false,
-                status: RunState::Completed,
-                limits: "{}".into(),
+                status: RunStatus::Completed,
+                limits: agent::Limits::default(),
                 metadata: BTreeMap::new(),
                 idempotency_key: None,
                 request_hash: None,

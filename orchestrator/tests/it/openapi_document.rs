@@ -50,3 +50,41 @@ fn documented_bounds_are_the_enforced_ones() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The console's timeline draws every event type the document lists and no other (issue 23: it
+/// read events back by matching strings nobody checked).
+#[test]
+fn the_console_timeline_knows_every_documented_event_type() -> anyhow::Result<()> {
+    let document = serde_json::to_value(orchestrator::api::openapi_document())?;
+    let variants = document["components"]["schemas"]["RunEventData"]["oneOf"]
+        .as_array()
+        .ok_or_else(|| anyhow::anyhow!("RunEventData lists no variants"))?;
+    let mut documented: Vec<String> = variants
+        .iter()
+        .filter_map(|variant| {
+            variant["properties"]["type"]["enum"][0]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    documented.sort();
+    assert_eq!(
+        documented.len(),
+        variants.len(),
+        "every variant names its type"
+    );
+    let timeline = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../novnc/console/timeline.js"),
+    )?;
+    let mut drawn: Vec<String> = timeline
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("case '"))
+        .filter_map(|rest| rest.split_once('\'').map(|(kind, _)| kind.to_string()))
+        .collect();
+    drawn.sort();
+    assert_eq!(
+        drawn, documented,
+        "timeline.js's `case` labels against RunEventData's types"
+    );
+    Ok(())
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use orchestrator::auth::ApiKeys;
 use orchestrator::db::{
-    ApiKeyRecord, ArtifactRecord, ConsoleSessionRecord, RunFilter, RunInsert, RunRecord, RunState,
+    ApiKeyRecord, ArtifactRecord, ConsoleSessionRecord, RunFilter, RunInsert, RunRecord, RunStatus,
     SandboxFilter, SandboxRecord, SandboxStatus, StatusChange, Store, TokenRecord, sqlite_url,
 };
 
@@ -400,8 +400,8 @@ fn run_record(id: &str, sandbox: Option<&str>, key: Option<&str>, lease: &str) -
         model: "script:x.json".into(),
         sandbox_id: sandbox.map(str::to_owned),
         sandbox_taken: false,
-        status: RunState::Queued,
-        limits: "{}".into(),
+        status: RunStatus::Queued,
+        limits: agent::Limits::default(),
         metadata: BTreeMap::from([("team".into(), "red".into())]),
         idempotency_key: key.map(str::to_owned),
         request_hash: Some("h1".into()),
@@ -432,7 +432,7 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
 
     // Events: seq 1, 2, 3 with no gap; the status moves with its event.
     let running = StatusChange {
-        status: RunState::Running,
+        status: RunStatus::Running,
         answer: None,
         reason: None,
     };
@@ -457,7 +457,7 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
     );
     assert_eq!(
         store.run("run-a").await?.context("run-a")?.status,
-        RunState::Running
+        RunStatus::Running
     );
     // Another lease holder cannot write.
     assert_eq!(
@@ -587,7 +587,7 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
 
     // The terminal status: written once, then nothing more; the sandbox is free again.
     let done = StatusChange {
-        status: RunState::Completed,
+        status: RunStatus::Completed,
         answer: Some("a triangle".into()),
         reason: None,
     };
@@ -600,7 +600,7 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
     let ended = store.run("run-a").await?.context("run-a")?;
     assert_eq!(
         (ended.status, ended.ended_at, ended.last_seq),
-        (RunState::Completed, Some(70_000), 25)
+        (RunStatus::Completed, Some(70_000), 25)
     );
     assert_eq!(ended.answer.as_deref(), Some("a triangle"));
     assert_eq!(
@@ -643,7 +643,7 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
     let completed = store
         .list_runs(&RunFilter {
             owner_key_id: Some("key-1".into()),
-            status: Some(RunState::Completed),
+            status: Some(RunStatus::Completed),
         })
         .await?;
     assert_eq!(

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent::{
-    Computer, Control, Event, EventSink, Model, Phase, RecordingSink, RunConfig, RunError,
+    Computer, Control, EventSink, Model, Phase, RecordingSink, RunConfig, RunError, RunEvent,
     RunOutcome, Runner,
 };
 use tokio::task::JoinHandle;
@@ -54,16 +54,16 @@ pub async fn wait_phase(control: &Control, done: impl Fn(&Phase) -> bool) -> any
 }
 
 /// The `type` tags of `events`, in order.
-pub fn kinds(events: &[Event]) -> Vec<&'static str> {
-    events.iter().map(Event::kind).collect()
+pub fn kinds(events: &[RunEvent]) -> Vec<&'static str> {
+    events.iter().map(RunEvent::kind).collect()
 }
 
 /// The run.status values in order.
-pub fn statuses(events: &[Event]) -> Vec<agent::RunStatus> {
+pub fn statuses(events: &[RunEvent]) -> Vec<agent::RunStatus> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::RunStatus { status, .. } => Some(*status),
+            RunEvent::RunStatus { status, .. } => Some(*status),
             _ => None,
         })
         .collect()

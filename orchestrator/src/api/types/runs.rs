@@ -32,20 +32,8 @@ pub struct RunLimitsRequest {
     pub max_images: Option<usize>,
 }
 
-/// Where a run is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Queued,
-    Running,
-    /// A person holds control.
-    Paused,
-    /// The agent asked a question: answer with `POST /v1/runs/{id}/input`.
-    WaitingForInput,
-    Completed,
-    Failed,
-    Canceled,
-}
+/// Where a run is (the agent's own type: one status for the loop, the store and the API).
+pub use agent::RunStatus;
 
 /// The bounds a run has.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -110,11 +98,10 @@ pub struct RunInputRequest {
     pub text: String,
 }
 
-/// One event of a run's log: `seq`, `at`, `type` and the type's fields (`run.status`,
-/// `agent.message`, `agent.reasoning`, `action.started`, `action.finished`, `control.taken`,
-/// `control.returned`, `input.requested`, `input.received`, `artifact.created`,
-/// `artifact.skipped` (`name`, `size`, `reason`: a screenshot or output not kept because it would
-/// pass the run's or the key's artifact budget), `usage`, `error`).
+/// One event of a run's log: `seq`, `at`, and one `RunEventData` (its `type` and that type's
+/// fields: `run.status`, `agent.message`, `agent.reasoning`, `action.started`,
+/// `action.finished`, `control.taken`, `control.returned`, `input.requested`, `input.received`,
+/// `artifact.created`, `artifact.skipped`, `usage`, `error`), whose schema lists each.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RunEvent {
     /// 1, 2, 3, ... with no gap; the SSE event id.
