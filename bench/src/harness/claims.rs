@@ -115,6 +115,20 @@ fn steps(server: &Server) -> Vec<[f64; 4]> {
         .collect()
 }
 
+/// The claim write's two parts the server logged (ms): (waiting for the writer, the statement).
+fn write_parts(server: &Server) -> Vec<[f64; 2]> {
+    server
+        .log_lines("claim written")
+        .iter()
+        .filter_map(|line| {
+            let value: Value = serde_json::from_str(line).ok()?;
+            let fields = value.get("fields").unwrap_or(&value);
+            let get = |name: &str| fields.get(name).and_then(Value::as_f64);
+            Some([get("writer_wait_ms")?, get("write_ms")?])
+        })
+        .collect()
+}
+
 /// A table row with the tail: n, p50, p90, p99, max.
 fn row(name: &str, stats: &Stats) {
     println!(
@@ -253,6 +267,20 @@ pub async fn main() -> anyhow::Result<()> {
         {
             let samples: Vec<f64> = logged.iter().map(|s| s[i]).collect();
             row(&format!("  {step}"), &Stats::of(&ms(&samples)));
+        }
+        // The write's own two parts (servers that log them).
+        let parts = write_parts(&arm.server);
+        if !parts.is_empty() {
+            for (i, part) in [
+                "    of which: waiting for the writer",
+                "    of which: the statement",
+            ]
+            .iter()
+            .enumerate()
+            {
+                let samples: Vec<f64> = parts.iter().map(|p| p[i]).collect();
+                row(part, &Stats::of(&ms(&samples)));
+            }
         }
         // The slowest claims, step by step.
         let mut slow = logged.clone();
