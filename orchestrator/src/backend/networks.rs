@@ -160,7 +160,11 @@ impl SandboxNetworks {
             loop {
                 while networks.held().spare.len() < networks.inner.spare {
                     match networks.create().await {
-                        Ok(name) => networks.held().spare.push(name),
+                        Ok(name) => {
+                            let mut held = networks.held();
+                            held.starting.remove(&name);
+                            held.spare.push(name);
+                        }
                         Err(error) => {
                             tracing::warn!(%error, "could not make a spare sandbox network; trying again in 5 s");
                             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -187,9 +191,7 @@ impl SandboxNetworks {
         if let Some(name) = spare {
             return Ok(name);
         }
-        let name = self.create().await?;
-        self.held().starting.insert(name.clone());
-        Ok(name)
+        self.create().await
     }
 
     /// The start that took `name` is over (its container is on it, or it failed and the
@@ -198,15 +200,26 @@ impl SandboxNetworks {
         self.held().starting.remove(name);
     }
 
-    /// Makes a network on the first free /28 of the plan.
+    /// Makes a network on the first free /28 of the plan. Its name is held (as starting)
+    /// from before Docker makes it, so the sweep never sees it unclaimed; on failure it is let
+    /// go.
     async fn create(&self) -> Result<String, BackendError> {
-        let inner = &self.inner;
-        let _one_at_a_time = inner.creating.lock().await;
         let name = format!(
             "{}-{}",
-            inner.family,
+            self.inner.family,
             hex::encode(crate::secret::random_bytes::<6>())
         );
+        self.held().starting.insert(name.clone());
+        let created = self.create_named(&name).await;
+        if created.is_err() {
+            self.held().starting.remove(&name);
+        }
+        created.map(|()| name)
+    }
+
+    async fn create_named(&self, name: &str) -> Result<(), BackendError> {
+        let inner = &self.inner;
+        let _one_at_a_time = inner.creating.lock().await;
         let mut taken = self.subnets_in_use().await?;
         for _ in 0..16 {
             let Some(subnet) = inner.plan.free(&taken).next() else {
@@ -219,7 +232,7 @@ impl SandboxNetworks {
                 });
             };
             let request = NetworkCreateRequest {
-                name: name.clone(),
+                name: name.to_string(),
                 driver: Some("bridge".into()),
                 ipam: Some(Ipam {
                     driver: Some("default".into()),
@@ -237,7 +250,7 @@ impl SandboxNetworks {
                     ),
                     (
                         BRIDGE_NAME_OPTION.to_string(),
-                        egress::bridge_name(&inner.family, &name),
+                        egress::bridge_name(&inner.family, name),
                     ),
                 ])),
                 labels: Some(HashMap::from([
@@ -248,7 +261,7 @@ impl SandboxNetworks {
                 ..Default::default()
             };
             match inner.docker.create_network(request).await {
-                Ok(_) => return Ok(name),
+                Ok(_) => return Ok(()),
                 Err(bollard::errors::Error::DockerResponseServerError { message, .. })
                     if message.contains("overlap") =>
                 {
