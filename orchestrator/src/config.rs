@@ -59,7 +59,7 @@ pub struct ServeArgs {
     )]
     pub allowed_images: Vec<String>,
     /// Name prefix of the sandbox networks: each sandbox gets a bridge network of its own,
-    /// `<network>-<sandbox id>`, so no two sandboxes share a link or a resolver.
+    /// `<network>-<random>`, so no two sandboxes share a link or a resolver.
     #[arg(long, env = "AGENTBOX_NETWORK", default_value = "agentbox")]
     pub network: String,
     /// The address range the sandbox networks are cut from, a /28 each (4,096 sandboxes in the
