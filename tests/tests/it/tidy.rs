@@ -17,6 +17,9 @@
 //! - sandboxd's capability modules know nothing of its HTTP layer: outside `sandboxd/src/api/`,
 //!   no path goes through `api::` (its wire types included) but in [`API_USERS`].
 //!
+//! - Every module of the library crates is named in its crate's section of ARCHITECTURE.md's
+//!   code map (as `` `name` `` or a path ending in it), so the map stays the map.
+//!
 //! Comments and the contents of string literals are blanked before any rule looks at the code,
 //! so a rule's words in prose or in a message never count. Every allow-list entry must still be
 //! needed: an entry that matches nothing is reported too, so the lists stay true.
@@ -236,6 +239,105 @@ fn children_are_spawned_through_the_reaper() {
 #[test]
 fn unsafe_code_is_confined_and_explained() {
     report(unsafe_violations(&tree()));
+}
+
+/// The library crates whose modules ARCHITECTURE.md's code map must name.
+const MAPPED_CRATES: &[&str] = &[
+    "supervisor",
+    "desktop",
+    "sandboxd",
+    "sandbox-client",
+    "agentbox-http",
+    "orchestrator",
+    "agent",
+];
+
+#[test]
+fn every_module_is_named_in_the_code_map() {
+    let root = root();
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut problems = Vec::new();
+    for crate_dir in MAPPED_CRATES {
+        let section = code_map_section(&map, crate_dir)
+            .unwrap_or_else(|| panic!("ARCHITECTURE.md has no `### `{crate_dir}/`` section"));
+        let named = backticked_words(section);
+        let mut paths = Vec::new();
+        collect(&root.join(crate_dir).join("src"), &mut paths);
+        for path in paths {
+            let Some(module) = module_name(&path) else {
+                continue;
+            };
+            if !named.contains(&module) {
+                problems.push(format!(
+                    "{}: module `{module}` is not named in ARCHITECTURE.md's `{crate_dir}/` section",
+                    path.strip_prefix(&root).unwrap_or(&path).display()
+                ));
+            }
+        }
+    }
+    report(problems);
+}
+
+#[test]
+fn the_code_map_rule_reads_names_as_written() {
+    let words = backticked_words("`a::b` and c, `shell/procs.rs` (`d`)");
+    for word in ["a", "b", "shell", "procs", "rs", "d"] {
+        assert!(words.contains(word), "{word}");
+    }
+    assert!(
+        !words.contains("c"),
+        "prose outside backticks does not count"
+    );
+    assert_eq!(
+        module_name(Path::new("x/browser/mod.rs")).as_deref(),
+        Some("browser")
+    );
+    assert_eq!(
+        module_name(Path::new("x/browser/tabs.rs")).as_deref(),
+        Some("tabs")
+    );
+    assert_eq!(module_name(Path::new("x/src/lib.rs")), None);
+    let map = "### `a/` (library)\n`one`\n\n### `b/`\n`two`\n## Next\n";
+    assert_eq!(
+        code_map_section(map, "a").map(str::trim),
+        Some("(library)\n`one`")
+    );
+    assert_eq!(code_map_section(map, "b").map(str::trim), Some("`two`"));
+}
+
+/// The text of `### \`<crate>/\`` up to the next heading.
+fn code_map_section<'a>(map: &'a str, crate_dir: &str) -> Option<&'a str> {
+    let heading = format!("### `{crate_dir}/`");
+    let start = map.find(&heading)?;
+    let body = &map[start + heading.len()..];
+    let end = body.find("\n#").unwrap_or(body.len());
+    Some(&body[..end])
+}
+
+/// Every identifier inside backticks in `text` (each segment of a path such as `a::b` or
+/// `a/b.rs` counts).
+fn backticked_words(text: &str) -> std::collections::HashSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|quoted| {
+            quoted
+                .split(|c: char| !is_ident(c))
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The module a source file is (`a/b.rs` and `a/b/mod.rs` are `b`); `None` for a crate root.
+fn module_name(path: &Path) -> Option<String> {
+    let stem = path.file_stem()?.to_string_lossy().into_owned();
+    match stem.as_str() {
+        "lib" | "main" => None,
+        "mod" => Some(path.parent()?.file_name()?.to_string_lossy().into_owned()),
+        _ => Some(stem),
+    }
 }
 
 #[test]
