@@ -19,6 +19,9 @@
 //!
 //! - Every module of the library crates is named in its crate's section of ARCHITECTURE.md's
 //!   code map (as `` `name` `` or a path ending in it), so the map stays the map.
+//! - No Rust file is longer than [`FILE_LENGTH_CEILING`] lines but those in [`LONG_FILES`],
+//!   each held to the length it has (a ratchet: they may shrink, not grow, and leave the list
+//!   once under the ceiling).
 //!
 //! Comments and the contents of string literals are blanked before any rule looks at the code,
 //! so a rule's words in prose or in a message never count. Every allow-list entry must still be
@@ -239,6 +242,63 @@ fn children_are_spawned_through_the_reaper() {
 #[test]
 fn unsafe_code_is_confined_and_explained() {
     report(unsafe_violations(&tree()));
+}
+
+/// The most lines a Rust file may have.
+const FILE_LENGTH_CEILING: usize = 1200;
+
+/// Files longer than the ceiling (issue 23: to be split), each with the most lines it may have.
+const LONG_FILES: &[(&str, usize)] = &[
+    ("agent/src/runner.rs", 1741),
+    ("sandboxd/tests/it/shell.rs", 2017),
+    ("orchestrator/tests/it/attacks.rs", 1477),
+    ("sandboxd/tests/it/file_api.rs", 1453),
+    ("sandboxd/src/files/watch.rs", 1420),
+    ("sandboxd/src/shell/job.rs", 1333),
+    ("sandboxd/src/api/mcp/aio.rs", 1276),
+    ("tests/tests/it/browser_api.rs", 1255),
+    ("orchestrator/tests/it/e2e.rs", 1217),
+    ("orchestrator/src/sandboxes/mod.rs", 1215),
+];
+
+#[test]
+fn no_file_grows_past_the_length_ceiling() {
+    let files = tree();
+    let mut problems = Vec::new();
+    let mut used = vec![false; LONG_FILES.len()];
+    for file in &files {
+        let lines = file.raw.len();
+        match LONG_FILES.iter().position(|(path, _)| *path == file.path) {
+            Some(i) => {
+                used[i] = true;
+                let most = LONG_FILES[i].1;
+                if lines > most {
+                    problems.push(format!(
+                        "{}: {lines} lines, more than the {most} LONG_FILES allows it: split it",
+                        file.path
+                    ));
+                } else if lines <= FILE_LENGTH_CEILING {
+                    problems.push(format!(
+                        "{}: {lines} lines, under the ceiling: remove it from LONG_FILES",
+                        file.path
+                    ));
+                }
+            }
+            None if lines > FILE_LENGTH_CEILING => problems.push(format!(
+                "{}: {lines} lines, more than {FILE_LENGTH_CEILING}: split it by concern",
+                file.path
+            )),
+            None => {}
+        }
+    }
+    for ((path, _), used) in LONG_FILES.iter().zip(&used) {
+        if !used {
+            problems.push(format!(
+                "LONG_FILES lists {path}, which is not there: remove it"
+            ));
+        }
+    }
+    report(problems);
 }
 
 /// The library crates whose modules ARCHITECTURE.md's code map must name.
