@@ -19,6 +19,8 @@
 //!
 //! - Every module of the library crates is named in its crate's section of ARCHITECTURE.md's
 //!   code map (as `` `name` `` or a path ending in it), so the map stays the map.
+//! - The fast lane (`[profile.fast]` in `.config/nextest.toml`) is opt-in: it names the
+//!   integration-test modules it runs, and each one it names exists.
 //! - No Rust file is longer than [`FILE_LENGTH_CEILING`] lines but those in [`LONG_FILES`],
 //!   each held to the length it has (a ratchet: they may shrink, not grow, and leave the list
 //!   once under the ceiling).
@@ -242,6 +244,55 @@ fn children_are_spawned_through_the_reaper() {
 #[test]
 fn unsafe_code_is_confined_and_explained() {
     report(unsafe_violations(&tree()));
+}
+
+#[test]
+fn the_fast_lane_names_only_modules_that_exist() {
+    let root = root();
+    let config = std::fs::read_to_string(root.join(".config/nextest.toml")).expect("nextest.toml");
+    let fast = config
+        .split("[profile.fast]")
+        .nth(1)
+        .expect("a [profile.fast] section");
+    let mut problems = Vec::new();
+    let mut named = 0;
+    for line in fast.lines() {
+        // `| (binary_id(<package>::it) & test(/^(a|b|c)::/))`
+        let Some((package, rest)) = line
+            .split_once("binary_id(")
+            .and_then(|(_, rest)| rest.split_once("::it)"))
+        else {
+            continue;
+        };
+        let Some(modules) = rest
+            .split_once("test(/^(")
+            .and_then(|(_, rest)| rest.split_once(")::/)"))
+            .map(|(modules, _)| modules)
+        else {
+            continue;
+        };
+        let dir = if package == "agentbox-tests" {
+            "tests"
+        } else {
+            package
+        };
+        for module in modules.split('|') {
+            named += 1;
+            let it = root.join(dir).join("tests/it");
+            if !it.join(format!("{module}.rs")).is_file() && !it.join(module).is_dir() {
+                problems.push(format!(
+                    ".config/nextest.toml: the fast lane names {package}::it's `{module}`, \
+                     which {} does not hold",
+                    it.strip_prefix(&root).unwrap_or(&it).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        named > 10,
+        "the fast lane's modules were not found in nextest.toml"
+    );
+    report(problems);
 }
 
 /// The most lines a Rust file may have.
