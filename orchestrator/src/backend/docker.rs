@@ -100,6 +100,7 @@ impl DockerBackend {
             instance,
             SubnetPlan::new(sandbox_subnets),
             SPARE_NETWORKS,
+            EgressRules::for_network(network, egress, egress_allow.clone()),
         );
         Ok(Self {
             docker,

@@ -107,15 +107,18 @@ impl EgressRules {
         let forward = self.forward_chain();
         let input = self.input_chain();
         let mut commands = Vec::new();
-        for parent in ["DOCKER-USER", "FORWARD"] {
-            commands.push(strings(&[
-                "-D",
-                parent,
-                "-i",
-                &self.interfaces,
-                "-j",
-                &forward,
-            ]));
+        commands.push(strings(&[
+            "-D",
+            "DOCKER-USER",
+            "-i",
+            &self.interfaces,
+            "-j",
+            &forward,
+        ]));
+        for hook in forward_hooks(self) {
+            let mut delete = strings(&["-D", "FORWARD"]);
+            delete.extend(hook);
+            commands.push(delete);
         }
         commands.push(strings(&[
             "-D",
@@ -260,6 +263,52 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
+/// The two interchangeable forms of the `FORWARD` hook (told apart by a comment), so that
+/// [`rehook_forward`] can put a new one on top before it deletes the old one by its spec.
+fn forward_hooks(rules: &EgressRules) -> [Vec<String>; 2] {
+    let chain = rules.forward_chain();
+    ["a", "b"].map(|form| {
+        strings(&[
+            "-i",
+            &rules.interfaces,
+            "-m",
+            "comment",
+            "--comment",
+            &format!("{chain}-{form}"),
+            "-j",
+            &chain,
+        ])
+    })
+}
+
+/// Puts the `FORWARD` hook back on top. Docker inserts every new network's own rules at the top
+/// of `FORWARD`, among them `-i <bridge> ! -o <bridge> -j ACCEPT`: a hook left below them no
+/// longer sees that bridge's traffic whenever Docker's `DOCKER-USER` jump is missing (it deletes
+/// and re-inserts it around each network it creates). So after each sandbox network is made,
+/// before any container is on it, the hook is inserted on top again (in the other of its two
+/// forms) and the old one deleted: never a moment without one above the rest.
+pub async fn rehook_forward(rules: &EgressRules) -> Result<(), EgressError> {
+    if rules.policy == EgressPolicy::Unrestricted {
+        return Ok(());
+    }
+    let [a, b] = forward_hooks(rules);
+    let mut check = strings(&["-C", "FORWARD"]);
+    check.extend(a.iter().cloned());
+    let (new, old) = if succeeds(&check).await? {
+        (b, a)
+    } else {
+        (a, b)
+    };
+    let mut insert = strings(&["-I", "FORWARD", "1"]);
+    insert.extend(new);
+    must(&insert).await?;
+    // Every copy of the old form (none when there was none).
+    let mut delete = strings(&["-D", "FORWARD"]);
+    delete.extend(old);
+    while succeeds(&delete).await? {}
+    Ok(())
+}
+
 /// Builds (or rebuilds) the chains and hooks them in, first in their parent chains.
 pub async fn apply(rules: &EgressRules) -> Result<(), EgressError> {
     if rules.policy == EgressPolicy::Unrestricted {
@@ -288,8 +337,8 @@ pub async fn apply(rules: &EgressRules) -> Result<(), EgressError> {
     if succeeds(&strings(&["-L", "DOCKER-USER", "-n"])).await? {
         hooks.push(("DOCKER-USER", &forward));
     }
-    hooks.push(("FORWARD", &forward));
     hooks.push(("INPUT", &input));
+    rehook_forward(rules).await?;
     for (parent, chain) in hooks {
         let hook = strings(&["-i", &rules.interfaces, "-j", chain]);
         let mut check = strings(&["-C", parent]);

@@ -13,6 +13,9 @@
 //! - **A stock:** creating a network costs Docker 0.3-1 s of iptables work, so a few empty ones
 //!   ([`SandboxNetworks::new`]'s `spare`) are kept made in the background, and a start takes
 //!   one at once; an empty stock means a start makes its own.
+//! - **Egress:** Docker puts each new network's own `ACCEPT` rules on top of `FORWARD`, above
+//!   the egress hook; the hook is put back on top ([`egress::rehook_forward`]) as soon as a
+//!   network is made, before any container is on it.
 //! - **Removal:** a network goes with its container ([`SandboxNetworks::remove`]); one left
 //!   behind (a container that removed itself while the orchestrator was away) is removed by
 //!   [`SandboxNetworks::sweep`], which leaves the stock and networks in use alone.
@@ -94,6 +97,8 @@ struct Inner {
     plan: SubnetPlan,
     /// How many spare networks to keep.
     spare: usize,
+    /// The egress rules, put back on top of `FORWARD` after each network is made.
+    egress: egress::EgressRules,
     held: Mutex<Held>,
     /// One creation at a time in this process, so two never pick one subnet.
     creating: tokio::sync::Mutex<()>,
@@ -126,6 +131,7 @@ impl SandboxNetworks {
         instance: &str,
         plan: SubnetPlan,
         spare: usize,
+        egress: egress::EgressRules,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -134,6 +140,7 @@ impl SandboxNetworks {
                 instance: instance.to_string(),
                 plan,
                 spare,
+                egress,
                 held: Mutex::new(Held::default()),
                 creating: tokio::sync::Mutex::new(()),
                 restock: tokio::sync::Notify::new(),
@@ -261,7 +268,18 @@ impl SandboxNetworks {
                 ..Default::default()
             };
             match inner.docker.create_network(request).await {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    // Docker put the new bridge's ACCEPT rules on top of FORWARD: the egress
+                    // hook goes back above them before any container is on the network.
+                    if let Err(error) = egress::rehook_forward(&inner.egress).await {
+                        let _ = inner.docker.remove_network(name).await;
+                        return Err(BackendError::Failed {
+                            step: "keeping the egress rules first in FORWARD",
+                            message: error.to_string(),
+                        });
+                    }
+                    return Ok(());
+                }
                 Err(bollard::errors::Error::DockerResponseServerError { message, .. })
                     if message.contains("overlap") =>
                 {
@@ -402,6 +420,11 @@ mod tests {
             "i",
             SubnetPlan::new("10.222.0.0/16".parse().unwrap()),
             0,
+            egress::EgressRules::for_network(
+                "agentbox",
+                egress::EgressPolicy::Unrestricted,
+                vec![],
+            ),
         );
         assert!(networks.is_ours("agentbox-0123456789ab"));
         for other in [

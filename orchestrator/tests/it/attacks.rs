@@ -131,6 +131,12 @@ async fn finding_1_a_dead_sandboxs_id_never_reaches_the_next_container_at_its_ad
     let a = create_as(&orchestrator, &mallory).await?;
     let a_id = a["id"].as_str().context("id")?.to_string();
     let a_ip = container_ip(&a_id)?;
+    let a_network = docker(&[
+        "inspect",
+        "-f",
+        "{{index .Config.Labels \"agentbox.network\"}}",
+        &container_name(&a_id),
+    ])?;
     let control = {
         let (status, token) = orchestrator
             .call(
@@ -166,14 +172,20 @@ async fn finding_1_a_dead_sandboxs_id_never_reaches_the_next_container_at_its_ad
     // The open session ended with its sandbox.
     closed_within(&mut early, Duration::from_secs(20)).await?;
 
-    // The victim's new sandbox gets A's address (Docker reuses it at once).
-    let b = create_as(&orchestrator, &victim).await?;
-    let b_id = b["id"].as_str().context("id")?.to_string();
-    assert_eq!(
-        container_ip(&b_id)?,
-        a_ip,
-        "precondition: the victim's sandbox took the dead sandbox's address"
-    );
+    // A victim's new sandbox gets A's address. Each sandbox has a network of its own: once A's
+    // goes (as the sweep would take it), the next network made takes its subnet (the first
+    // free), and its sandbox A's address; the networks kept ready ahead come first.
+    docker(&["network", "rm", a_network.trim()])?;
+    let mut b_id = None;
+    for _ in 0..6 {
+        let b = create_as(&orchestrator, &victim).await?;
+        let id = b["id"].as_str().context("id")?.to_string();
+        if container_ip(&id)? == a_ip {
+            b_id = Some(id);
+            break;
+        }
+    }
+    let b_id = b_id.context("precondition: a victim's sandbox took the dead sandbox's address")?;
     let (_, row) = orchestrator.get(&format!("/v1/sandboxes/{a_id}")).await?;
     assert_eq!(
         row["status"], "ready",

@@ -1066,12 +1066,19 @@ async fn metrics_and_openapi_are_served() -> anyhow::Result<()> {
         "{text}"
     );
     assert!(text.contains("agentbox_pool_ready"));
-    // Logs are JSON lines with request ids.
-    let log = orchestrator.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("request finished"))
-        .context("a request log line")?;
+    // Logs are JSON lines with request ids (read by a thread of this test's: give it a moment).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let line = loop {
+        let log = orchestrator.log_text();
+        if let Some(line) = log.lines().find(|l| l.contains("request finished")) {
+            break line.to_string();
+        }
+        if Instant::now() > deadline {
+            bail!("no request log line in:\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let line = line.as_str();
     let value: Value = serde_json::from_str(line)?;
     assert!(
         value["span"]["request_id"]
