@@ -347,7 +347,10 @@ impl Backend for DockerBackend {
             Err(e) => return Err(failed("removing the container")(e)),
         }
         if let Some(network) = network {
-            self.networks.remove(&network).await;
+            // Off the delete's path: a network whose endpoint lingers is tried again for a few
+            // seconds, and one left over is the sweep's.
+            let networks = self.networks.clone();
+            tokio::spawn(async move { networks.remove(&network).await });
         }
         Ok(())
     }

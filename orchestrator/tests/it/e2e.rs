@@ -247,10 +247,13 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
     // Delete: container, its network and record gone.
     assert_eq!(orchestrator.delete(&id).await?, 204);
     assert!(!container_exists(&id));
-    assert!(
-        docker(&["network", "inspect", &own_network]).is_err(),
-        "the sandbox's network went with it"
-    );
+    orchestrator
+        .wait_for(
+            "the sandbox's network gone",
+            Duration::from_secs(15),
+            async || docker(&["network", "inspect", &own_network]).is_err(),
+        )
+        .await?;
     let (status, error) = orchestrator.get(&format!("/v1/sandboxes/{id}")).await?;
     assert_eq!(status, 404);
     assert_eq!(error["error"]["code"], "not_found");
@@ -782,10 +785,15 @@ async fn idle_sandboxes_are_reaped_and_activity_keeps_them() -> anyhow::Result<(
             !container_exists(&busy_id)
         })
         .await?;
-    let (status, _) = orchestrator
-        .get(&format!("/v1/sandboxes/{busy_id}"))
+    // Its record goes right after its container.
+    orchestrator
+        .wait_for("the record removed", Duration::from_secs(10), async || {
+            orchestrator
+                .get(&format!("/v1/sandboxes/{busy_id}"))
+                .await
+                .is_ok_and(|(status, _)| status == 404)
+        })
         .await?;
-    assert_eq!(status, 404);
     assert!(orchestrator.containers().is_empty());
     Ok(())
 }
