@@ -40,7 +40,7 @@ use super::egress::{EgressPolicy, EgressRules};
 use super::networks::{LABEL_NETWORK, SandboxNetworks, SubnetPlan};
 use super::{
     Backend, BackendError, ContainerInfo, ContainerSpec, KEY_FROM_STDIN, LABEL_INSTANCE,
-    LABEL_MANAGED, LABEL_SANDBOX_ID, Started,
+    LABEL_MANAGED, LABEL_SANDBOX_ID, Started, is_not_found,
 };
 
 /// How many empty sandbox networks are kept made ahead of the starts that need them.
@@ -62,16 +62,6 @@ fn failed(step: &'static str) -> impl FnOnce(bollard::errors::Error) -> BackendE
         step,
         message: error.to_string(),
     }
-}
-
-fn is_not_found(error: &bollard::errors::Error) -> bool {
-    matches!(
-        error,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
 }
 
 impl DockerBackend {

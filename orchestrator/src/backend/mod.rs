@@ -65,6 +65,17 @@ pub enum BackendError {
     Failed { step: &'static str, message: String },
 }
 
+/// Whether Docker answered 404 (the container or network is not there).
+pub(crate) fn is_not_found(error: &bollard::errors::Error) -> bool {
+    matches!(
+        error,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
 /// What the lifecycle needs from a container platform.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {

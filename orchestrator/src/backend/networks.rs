@@ -31,7 +31,7 @@ use bollard::query_parameters::ListNetworksOptionsBuilder;
 use ipnet::Ipv4Net;
 
 use super::egress;
-use super::{BackendError, LABEL_INSTANCE, LABEL_MANAGED};
+use super::{BackendError, LABEL_INSTANCE, LABEL_MANAGED, is_not_found};
 
 /// The prefix length of one sandbox's network: the network's own address, the gateway (this
 /// host), the sandbox, the broadcast address, and room to spare.
@@ -62,12 +62,13 @@ impl SubnetPlan {
 
     /// The free /28s in order, skipping every one that overlaps `taken`.
     pub fn free<'a>(&self, taken: &'a [Ipv4Net]) -> impl Iterator<Item = Ipv4Net> + 'a {
+        // A range narrower than one sandbox network holds none.
         let subnets = self
             .range
             .subnets(SANDBOX_SUBNET_PREFIX)
-            .map(|s| s.collect::<Vec<_>>())
-            .unwrap_or_default();
-        subnets.into_iter().filter(move |candidate| {
+            .into_iter()
+            .flatten();
+        subnets.filter(move |candidate| {
             !taken
                 .iter()
                 .any(|t| t.contains(&candidate.network()) || candidate.contains(&t.network()))
@@ -110,16 +111,6 @@ struct Inner {
 #[derive(Clone)]
 pub struct SandboxNetworks {
     inner: Arc<Inner>,
-}
-
-fn is_not_found(error: &bollard::errors::Error) -> bool {
-    matches!(
-        error,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
 }
 
 impl SandboxNetworks {
