@@ -325,7 +325,11 @@ impl OrchestratorServer {
             ])
             .args(extra)
             .env("AGENTBOX_ADMIN_KEY", ADMIN_KEY)
-            .env("RUST_LOG", "warn,orchestrator=info")
+            .env(
+                "RUST_LOG",
+                // The claim write's two parts are logged at debug (the claims benchmark).
+                "warn,orchestrator=info,orchestrator::db=debug",
+            )
             .env_remove("DATABASE_URL")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
