@@ -62,6 +62,9 @@ async function main() {
       button.textContent = 'Start run';
     }
   });
+  // Enabled only now: a click before the handler above existed submitted the form natively,
+  // which reloaded the page and lost what was typed (a console test caught it).
+  $('new-run').querySelector('button[type=submit]').disabled = false;
 }
 
 main();
