@@ -20,8 +20,8 @@ use x11rb::rust_connection::RustConnection;
 use x11rb::wrapper::ConnectionExt as _;
 use x11rb::{CURRENT_TIME, NONE, atom_manager};
 
-use crate::desktop::{Desktop, lock};
 use crate::error::{DesktopError, StepExt};
+use crate::{Desktop, lock};
 
 atom_manager! {
     /// Atoms the clipboard owner uses.

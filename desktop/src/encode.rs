@@ -8,9 +8,7 @@
 //! subsampled 4:2:0 (as cjpeg and Chromium's screenshots do; twice as fast as 4:4:4); from 90 up
 //! they keep full resolution.
 
-use crate::capture::{Frame, bgrx_to_rgb};
-use crate::desktop::Desktop;
-use crate::error::DesktopError;
+use crate::frame::{Frame, bgrx_to_rgb};
 use crate::scale;
 
 /// The largest width or height [`encode`] produces.
@@ -191,18 +189,6 @@ fn encode_jpeg(bgrx: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<
         format: turbojpeg::PixelFormat::BGRX,
     };
     compressor.compress_to_vec(image).map_err(EncodeError::Jpeg)
-}
-
-impl Desktop {
-    /// Captures the screen and encodes it: [`Desktop::capture`] then [`encode`].
-    pub fn screenshot(
-        &self,
-        format: ImageFormat,
-        target: Option<(u32, u32)>,
-    ) -> Result<EncodedImage, DesktopError> {
-        let frame = self.capture()?;
-        Ok(encode(&frame, format, target)?)
-    }
 }
 
 /// The largest size with the aspect ratio of `width x height` that fits in `max_width x

@@ -13,12 +13,12 @@ use std::time::Instant;
 
 use x11rb::protocol::xproto::{ConnectionExt as _, KeyButMask};
 
-use crate::desktop::Desktop;
+use crate::Desktop;
 use crate::error::{DesktopError, StepExt};
+use crate::input::remap::{self, Lingering, Remap};
 use crate::input::{HeldKey, InputState};
 use crate::keymap::{Keymap, Stroke};
 use crate::keys::{self, Keysym, sym};
-use crate::remap::{self, Lingering, Remap};
 
 impl Desktop {
     /// Presses and releases keys given as xdotool's `key` takes them: one chord (`Return`,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use x11rb::protocol::xproto::ConnectionExt as _;
 
-use crate::desktop::Desktop;
+use crate::Desktop;
 use crate::error::{DesktopError, StepExt};
 use crate::keyboard::KeySession;
 use crate::keys;

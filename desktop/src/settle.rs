@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::desktop::Desktop;
+use crate::Desktop;
 use crate::error::DesktopError;
 
 /// Shortest and longest pause between two captures.

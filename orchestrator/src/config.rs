@@ -7,17 +7,7 @@ use std::time::Duration;
 
 pub use agentbox_http::logging::LogFormat;
 
-/// Per-sandbox resource limits.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
-    pub memory_mib: u64,
-    pub cpus: f64,
-    pub pids: i64,
-    pub shm_mib: u64,
-    /// The agent's home directory, MiB (the other places it may write are sized from it, see
-    /// `backend::docker`).
-    pub disk_mib: u64,
-}
+pub use crate::backend::Limits;
 
 /// `orchestrator serve` flags.
 #[derive(Debug, Clone, clap::Args)]

@@ -11,7 +11,29 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::sandboxes::EndReason;
+/// Why a sandbox went away (for logs and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    Deleted,
+    Idle,
+    Lifetime,
+    Failed,
+    Orphan,
+    Lost,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deleted => "deleted",
+            Self::Idle => "idle",
+            Self::Lifetime => "lifetime",
+            Self::Failed => "failed",
+            Self::Orphan => "orphan",
+            Self::Lost => "lost",
+        }
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {

@@ -16,6 +16,8 @@ pub struct SettingsError {
     pub message: String,
 }
 
+pub use crate::browser::BrowserSettings;
+pub use crate::vnc::VncSettings;
 pub use agentbox_http::logging::LogFormat;
 
 /// The shortest API key sandboxd starts with. The orchestrator's sandbox keys are far longer;
@@ -80,117 +82,137 @@ pub struct Settings {
     /// Fork the shells commands run in from a long-lived zygote bash when the builtin for it is
     /// installed (`SANDBOXD_SHELL_ZYGOTE`, default true; false starts each from scratch).
     pub shell_zygote: bool,
+    /// Python and JavaScript code behind `/v1/jupyter/*`, `/v1/nodejs/*` and `/v1/code/*`.
+    pub code: CodeSettings,
+    /// The ffmpeg that records the display and pages (`SANDBOXD_FFMPEG`, default `ffmpeg` on
+    /// the `PATH`).
+    pub ffmpeg: PathBuf,
+    /// The shutdown hooks as given (`SANDBOX_SHUTDOWN_HOOKS`, a JSON list; parsed, reported and
+    /// ignored when malformed, by [`crate::services`]).
+    pub shutdown_hooks: Option<String>,
 }
 
-/// Settings of the remote desktop sandboxd fronts on its own port (`/vnc/`, `/websockify`).
+/// Where code runs and how much of it at once.
 #[derive(Debug, Clone)]
-pub struct VncSettings {
-    /// The VNC server (x11vnc), listening on loopback only (`SANDBOXD_VNC_ADDR`, default
-    /// `127.0.0.1:5900`).
-    pub addr: SocketAddr,
-    /// The supervised program that serves it, started on the first viewer
-    /// (`SANDBOXD_VNC_PROGRAM`, default `x11vnc`).
-    pub program: String,
-    /// Where sandboxd writes the VNC server's passwords (one full-access, one view-only), fresh
-    /// at every start (`SANDBOXD_VNC_PASSWORD_FILE`, default `/run/sandboxd/vnc-passwords`).
-    pub password_file: PathBuf,
-    /// noVNC's static files (`SANDBOXD_NOVNC_DIR`, default `/usr/share/novnc`).
-    pub novnc_dir: PathBuf,
+pub struct CodeSettings {
+    /// The Python the IPython kernels run on (`SANDBOXD_PYTHON`, default `/usr/bin/python3`).
+    pub python: PathBuf,
+    /// The Node that runs JavaScript (`SANDBOXD_NODE`, default `/usr/bin/node`).
+    pub node: PathBuf,
+    /// Jupyter sessions at once (`SANDBOXD_JUPYTER_MAX_SESSIONS`, default 8, 1 to 64).
+    pub jupyter_max_sessions: usize,
+    /// Node sessions at once (`SANDBOXD_NODE_MAX_SESSIONS`, default 16, 1 to 64).
+    pub node_max_sessions: usize,
+    /// How long an unused session lives (`SANDBOXD_CODE_IDLE_SECS`, default 1800, 10 to
+    /// 86400).
+    pub idle_expiry: Duration,
+    /// Bytes one Jupyter execution keeps of its output (8 MiB).
+    pub jupyter_output_bytes: usize,
+    /// Bytes one Node run keeps of stdout and of stderr each (1 MiB).
+    pub node_output_bytes: usize,
 }
 
-impl VncSettings {
-    fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
-        Ok(Self {
-            addr: parse_or(get, "SANDBOXD_VNC_ADDR", "127.0.0.1:5900".parse().ok())?
-                .expect("default VNC address is a valid literal"),
-            program: get("SANDBOXD_VNC_PROGRAM").unwrap_or_else(|| "x11vnc".into()),
-            password_file: get("SANDBOXD_VNC_PASSWORD_FILE")
-                .unwrap_or_else(|| "/run/sandboxd/vnc-passwords".into())
-                .into(),
-            novnc_dir: get("SANDBOXD_NOVNC_DIR")
-                .unwrap_or_else(|| "/usr/share/novnc".into())
-                .into(),
-        })
+/// The code runtimes' settings.
+fn code_settings(get: &impl Fn(&str) -> Option<String>) -> Result<CodeSettings, SettingsError> {
+    let program = |name: &str, default: &str| {
+        get(name)
+            .map(|p| p.trim().to_string())
+            .unwrap_or_else(|| default.into())
+    };
+    let python = program("SANDBOXD_PYTHON", "/usr/bin/python3");
+    let node = program("SANDBOXD_NODE", "/usr/bin/node");
+    for (name, path) in [("SANDBOXD_PYTHON", &python), ("SANDBOXD_NODE", &node)] {
+        if !path.starts_with('/') {
+            return Err(SettingsError {
+                name,
+                message: format!("{path:?} is not an absolute path"),
+            });
+        }
     }
+    Ok(CodeSettings {
+        python: python.into(),
+        node: node.into(),
+        jupyter_max_sessions: bounded(get, "SANDBOXD_JUPYTER_MAX_SESSIONS", 8, 1, 64)? as usize,
+        node_max_sessions: bounded(get, "SANDBOXD_NODE_MAX_SESSIONS", 16, 1, 64)? as usize,
+        idle_expiry: Duration::from_secs(
+            bounded(get, "SANDBOXD_CODE_IDLE_SECS", 30 * 60, 10, 86_400)?.into(),
+        ),
+        jupyter_output_bytes: 8 * 1024 * 1024,
+        node_output_bytes: 1024 * 1024,
+    })
 }
 
-/// Settings of the browser API (`/v1/browser/...`).
-#[derive(Debug, Clone)]
-pub struct BrowserSettings {
-    /// Chromium's DevTools HTTP endpoint inside the container (`SANDBOXD_BROWSER_CDP_ADDR`,
-    /// default `127.0.0.1:9229`).
-    pub cdp_addr: SocketAddr,
-    /// Open private and local addresses too (`SANDBOXD_BROWSER_ALLOW_PRIVATE`, default false).
-    pub allow_private: bool,
-    /// Host names, addresses and CIDR ranges opened even when private
-    /// (`SANDBOXD_BROWSER_ALLOW_HOSTS`, comma-separated).
-    pub allow_hosts: Vec<crate::browser::AllowedHost>,
-    /// The CDP URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_CDP_URL`); when unset it is
-    /// derived from the request's `Host` header (port 9222).
-    pub public_cdp_url: Option<String>,
-    /// The noVNC URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_VNC_URL`); when unset it is
-    /// derived from the request's `Host` header (port 6080, `/vnc.html`).
-    pub public_vnc_url: Option<String>,
-    /// The supervised program that runs Chromium, restarted by `POST /v1/browser/restart`
-    /// with `mode: hard` (`SANDBOXD_BROWSER_PROGRAM`, default `chromium`).
-    pub program: String,
+/// The remote desktop's settings ([`VncSettings`], owned by [`crate::vnc`]).
+fn vnc_settings(get: &impl Fn(&str) -> Option<String>) -> Result<VncSettings, SettingsError> {
+    Ok(VncSettings {
+        addr: parse_or(get, "SANDBOXD_VNC_ADDR", "127.0.0.1:5900".parse().ok())?
+            .expect("default VNC address is a valid literal"),
+        program: get("SANDBOXD_VNC_PROGRAM").unwrap_or_else(|| "x11vnc".into()),
+        password_file: get("SANDBOXD_VNC_PASSWORD_FILE")
+            .unwrap_or_else(|| "/run/sandboxd/vnc-passwords".into())
+            .into(),
+        novnc_dir: get("SANDBOXD_NOVNC_DIR")
+            .unwrap_or_else(|| "/usr/share/novnc".into())
+            .into(),
+    })
 }
 
-impl BrowserSettings {
-    fn from_lookup(get: &impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
-        let cdp_addr = parse_or(
-            get,
-            "SANDBOXD_BROWSER_CDP_ADDR",
-            "127.0.0.1:9229".parse().ok(),
-        )?
-        .expect("default CDP address is a valid literal");
-        let allow_private = match get("SANDBOXD_BROWSER_ALLOW_PRIVATE") {
-            None => false,
-            Some(text) => parse_bool(&text).ok_or_else(|| SettingsError {
-                name: "SANDBOXD_BROWSER_ALLOW_PRIVATE",
-                message: format!("must be true or false, got {text:?}"),
-            })?,
-        };
-        let allow_hosts = get("SANDBOXD_BROWSER_ALLOW_HOSTS")
-            .map(|list| {
-                list.split(',')
-                    .filter(|entry| !entry.trim().is_empty())
-                    .map(|entry| {
-                        crate::browser::AllowedHost::parse(entry).map_err(|message| SettingsError {
-                            name: "SANDBOXD_BROWSER_ALLOW_HOSTS",
-                            message,
-                        })
+/// The browser API's settings ([`BrowserSettings`], owned by [`crate::browser`]).
+fn browser_settings(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<BrowserSettings, SettingsError> {
+    let cdp_addr = parse_or(
+        get,
+        "SANDBOXD_BROWSER_CDP_ADDR",
+        "127.0.0.1:9229".parse().ok(),
+    )?
+    .expect("default CDP address is a valid literal");
+    let allow_private = match get("SANDBOXD_BROWSER_ALLOW_PRIVATE") {
+        None => false,
+        Some(text) => parse_bool(&text).ok_or_else(|| SettingsError {
+            name: "SANDBOXD_BROWSER_ALLOW_PRIVATE",
+            message: format!("must be true or false, got {text:?}"),
+        })?,
+    };
+    let allow_hosts = get("SANDBOXD_BROWSER_ALLOW_HOSTS")
+        .map(|list| {
+            list.split(',')
+                .filter(|entry| !entry.trim().is_empty())
+                .map(|entry| {
+                    crate::browser::AllowedHost::parse(entry).map_err(|message| SettingsError {
+                        name: "SANDBOXD_BROWSER_ALLOW_HOSTS",
+                        message,
                     })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .transpose()?
-            .unwrap_or_default();
-        let public_url = |name: &'static str| -> Result<Option<String>, SettingsError> {
-            match get(name) {
-                None => Ok(None),
-                Some(text) => match url::Url::parse(text.trim()) {
-                    Ok(url) if ["http", "https", "ws", "wss"].contains(&url.scheme()) => {
-                        Ok(Some(text.trim().to_string()))
-                    }
-                    _ => Err(SettingsError {
-                        name,
-                        message: format!("must be an http(s) or ws(s) URL, got {text:?}"),
-                    }),
-                },
-            }
-        };
-        Ok(Self {
-            cdp_addr,
-            allow_private,
-            allow_hosts,
-            public_cdp_url: public_url("SANDBOXD_PUBLIC_CDP_URL")?,
-            public_vnc_url: public_url("SANDBOXD_PUBLIC_VNC_URL")?,
-            program: get("SANDBOXD_BROWSER_PROGRAM")
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(|| "chromium".into()),
+                })
+                .collect::<Result<Vec<_>, _>>()
         })
-    }
+        .transpose()?
+        .unwrap_or_default();
+    let public_url = |name: &'static str| -> Result<Option<String>, SettingsError> {
+        match get(name) {
+            None => Ok(None),
+            Some(text) => match url::Url::parse(text.trim()) {
+                Ok(url) if ["http", "https", "ws", "wss"].contains(&url.scheme()) => {
+                    Ok(Some(text.trim().to_string()))
+                }
+                _ => Err(SettingsError {
+                    name,
+                    message: format!("must be an http(s) or ws(s) URL, got {text:?}"),
+                }),
+            },
+        }
+    };
+    Ok(BrowserSettings {
+        cdp_addr,
+        allow_private,
+        allow_hosts,
+        public_cdp_url: public_url("SANDBOXD_PUBLIC_CDP_URL")?,
+        public_vnc_url: public_url("SANDBOXD_PUBLIC_VNC_URL")?,
+        program: get("SANDBOXD_BROWSER_PROGRAM")
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "chromium".into()),
+    })
 }
 
 fn parse_bool(text: &str) -> Option<bool> {
@@ -351,11 +373,16 @@ impl Settings {
                 "SANDBOXD_MAX_UPLOAD_BYTES",
                 DEFAULT_MAX_UPLOAD_BYTES,
             )?,
-            browser: BrowserSettings::from_lookup(&get)?,
-            vnc: VncSettings::from_lookup(&get)?,
+            browser: browser_settings(&get)?,
+            vnc: vnc_settings(&get)?,
             xterm_dir: get("SANDBOXD_XTERM_DIR")
                 .unwrap_or_else(|| "/usr/share/agentbox/xterm".into())
                 .into(),
+            code: code_settings(&get)?,
+            ffmpeg: get("SANDBOXD_FFMPEG")
+                .unwrap_or_else(|| "ffmpeg".into())
+                .into(),
+            shutdown_hooks: get(crate::hooks::ENV_VAR),
             shell_zygote: match get("SANDBOXD_SHELL_ZYGOTE") {
                 None => true,
                 Some(text) => parse_bool(&text).ok_or_else(|| SettingsError {

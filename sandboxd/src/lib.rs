@@ -9,6 +9,8 @@
 //! - [`pid1`]: reaping scope and the process's own memory protection (termination signals are
 //!   `agentbox_http::signals`, installed by `main` before anything else).
 //! - [`activity`]: API activity and the idle dead-man switch.
+//! - [`services`]: the composition root: every capability built once from the settings, and
+//!   the ordered shutdown.
 //! - [`api`]: the HTTP routes (the only module that knows HTTP).
 //! - [`shell`]: shell sessions, their commands, and interactive terminals.
 //! - [`desktop_session`]: the X display (opened lazily), screenshots and their transforms, and
@@ -43,6 +45,7 @@ pub mod packages;
 pub mod page_recording;
 pub mod pid1;
 pub mod recording;
+pub mod services;
 pub mod shell;
 pub mod skills;
 pub mod system_info;
@@ -130,13 +133,12 @@ pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow:
     tracing::info!("building the API");
     let activity = Activity::new();
     let settings = Arc::new(settings);
-    let state = api::AppState::new(supervisor.clone(), settings.clone(), activity.clone())
-        .with_vnc_passwords(vnc_passwords);
-    let shell = state.shell.clone();
-    api::spawn_code_reapers(&state);
-    let recorder = state.recorder.clone();
-    let hooks = state.hooks.clone();
-    let page_recorder = state.page_recorder.clone();
+    let services = Arc::new(
+        services::Services::new(supervisor, settings.clone(), activity.clone())
+            .with_vnc_passwords(vnc_passwords),
+    );
+    services.start_background_tasks();
+    let state = api::AppState::from_services(services.clone());
     let app = api::router(state);
     // Building the router generated the OpenAPI descriptions of every route, then dropped
     // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
@@ -177,12 +179,7 @@ pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow:
         }
     }
 
-    // Hooks first, while the desktop, the browser and the files are all still there.
-    hooks.run_shutdown(hooks::SHUTDOWN_BUDGET).await;
-    recorder.shutdown().await;
-    page_recorder.shutdown().await;
-    shell.shutdown().await;
-    supervisor.shutdown().await;
+    services.shutdown().await;
     let _ = stop_http_tx.send(());
     if tokio::time::timeout(HTTP_DRAIN, server).await.is_err() {
         tracing::warn!("in-flight API requests did not finish in time; exiting anyway");

@@ -19,12 +19,13 @@
 use axum::Json;
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::header::{self, HeaderMap, HeaderValue};
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
 
 use super::AppState;
+use super::callers::{CONSOLE_COOKIE, cookie, same_origin};
 use super::error::ApiError;
 use super::extract::ApiJson;
 use super::runs::{StreamAuthority, artifact_response, event_stream};
@@ -36,8 +37,6 @@ use crate::sandboxes::AccessError;
 use crate::tokens::{Claims, TokenError};
 use agentbox_http::timestamp::rfc3339_from_unix_ms as rfc3339;
 
-/// The console sign-in's cookie.
-pub const CONSOLE_COOKIE: &str = "agentbox_console";
 /// A share link's cookie (scoped to `/share/runs/{id}`).
 pub const SHARE_COOKIE: &str = "agentbox_share";
 /// The most `script:` demos listed.
@@ -73,68 +72,6 @@ impl From<ConsoleError> for ApiError {
             ConsoleError::Key(error) => ApiError::from(error),
             ConsoleError::Store(error) => ApiError::from(error),
         }
-    }
-}
-
-/// The value of cookie `name`, if the request carries it.
-pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    agentbox_http::cookie::value(headers, name)
-}
-
-/// A browser request that changes state must come from this server's own pages: `Origin`
-/// present and ours (a cross-site form or script is refused even though SameSite=Strict would
-/// already keep the cookie off it), and no `Sec-Fetch-Site` saying otherwise.
-pub fn same_origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), ApiError> {
-    if headers.get(header::ORIGIN).is_none() {
-        return Err(ApiError::forbidden(
-            "a console request that changes state must carry this server's Origin header",
-        ));
-    }
-    agentbox_http::origin::check(headers, allowed)
-        .map_err(|e| ApiError::forbidden(e.to_string()))?;
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok())
-        && site != "same-origin"
-        && site != "none"
-    {
-        return Err(ApiError::forbidden(format!(
-            "a console request that changes state must come from this server's pages (Sec-Fetch-Site: {site})"
-        )));
-    }
-    Ok(())
-}
-
-/// Whether `path` is the sandbox API proxy (`/v1/sandboxes/{id}/api[/...]`).
-fn is_sandbox_api(path: &str) -> bool {
-    path.strip_prefix("/v1/sandboxes/")
-        .and_then(|rest| rest.split_once('/'))
-        .is_some_and(|(_, service)| service == "api" || service.starts_with("api/"))
-}
-
-/// The caller a console cookie stands for, for a keyed route (the key header is absent).
-pub async fn caller(
-    state: &AppState,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-) -> Result<Caller, ApiError> {
-    let Some(secret) = cookie(headers, CONSOLE_COOKIE) else {
-        return Err(ApiError::unauthorized(
-            "missing `Authorization: Bearer <api key>`",
-        ));
-    };
-    if is_sandbox_api(path) {
-        return Err(ApiError::unauthorized(
-            "the sandbox API takes an API key in `Authorization: Bearer`, not the console's sign-in",
-        ));
-    }
-    if !method.is_safe() {
-        same_origin(headers, &state.allowed_origins)?;
-    }
-    match state.console.resolve(secret).await? {
-        Some((_, caller)) => Ok(caller),
-        None => Err(ApiError::unauthorized(
-            "the console sign-in ended or expired: sign in again",
-        )),
     }
 }
 
@@ -634,16 +571,6 @@ async fn share_socket(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_the_sandbox_api_proxy_is_refused_to_the_cookie() {
-        assert!(is_sandbox_api("/v1/sandboxes/sbx-1/api"));
-        assert!(is_sandbox_api("/v1/sandboxes/sbx-1/api/v1/shell/exec"));
-        assert!(!is_sandbox_api("/v1/sandboxes/sbx-1"));
-        assert!(!is_sandbox_api("/v1/sandboxes/sbx-1/apix"));
-        assert!(!is_sandbox_api("/v1/sandboxes/sbx-1/tokens"));
-        assert!(!is_sandbox_api("/v1/runs/api/x"));
-    }
 
     #[test]
     fn error_pages_escape_what_they_repeat() {

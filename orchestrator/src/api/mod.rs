@@ -6,13 +6,14 @@
 //!
 //! Authentication: `Authorization: Bearer <api key>` on everything but `/healthz`; the VNC
 //! routes take a viewer token instead (query parameter `token` or cookie), the CDP routes either.
-//! A web console sign-in ([`console`]) stands in for the key header: its cookie authenticates
+//! A web console sign-in ([`callers`]) stands in for the key header: its cookie authenticates
 //! the keyed routes (all but the sandbox API proxy) and the desktop WebSocket, and a request
 //! with it that changes state must come from this server's own origin.
 //!
 //! **Invariant:** only this module knows status codes and JSON shapes.
 
 pub mod assets;
+pub mod callers;
 pub mod console;
 pub mod error;
 pub mod extract;
@@ -198,7 +199,7 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// request's extensions.
 async fn require_key(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let Some(key) = bearer(request.headers()) else {
-        return match console::caller(
+        return match callers::caller(
             &state,
             request.method(),
             request.uri().path(),

@@ -535,9 +535,9 @@ async fn vnc_socket(
         .map_err(|e| ApiError::forbidden(e.to_string()))?;
     let query = request.uri().query().map(str::to_owned);
     if presented_token(request.headers(), query.as_deref()).is_none()
-        && super::console::cookie(request.headers(), super::console::CONSOLE_COOKIE).is_some()
+        && super::callers::cookie(request.headers(), super::callers::CONSOLE_COOKIE).is_some()
     {
-        let caller = super::console::caller(
+        let caller = super::callers::caller(
             &state,
             request.method(),
             request.uri().path(),

@@ -11,7 +11,17 @@ pub mod networks;
 
 use std::collections::BTreeMap;
 
-use crate::config::Limits;
+/// Per-sandbox resource limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub memory_mib: u64,
+    pub cpus: f64,
+    pub pids: i64,
+    pub shm_mib: u64,
+    /// The agent's home directory, MiB (the other places it may write are sized from it, see
+    /// `backend::docker`).
+    pub disk_mib: u64,
+}
 
 /// Labels on every container the orchestrator creates.
 pub const LABEL_MANAGED: &str = "agentbox.managed";

@@ -23,7 +23,6 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
-use super::vnc::VIEWER_COOKIE;
 use crate::tickets::{Grant, Scope};
 
 /// How a request to a viewer route was let in.
@@ -82,6 +81,11 @@ pub(super) struct SessionKind {
     pub scopes: &'static [Scope],
 }
 
+/// The cookie holding a viewer session.
+pub const VIEWER_COOKIE: &str = "sandboxd_viewer";
+/// The cookie holding a terminal session.
+pub const TERMINAL_COOKIE: &str = "sandboxd_terminal";
+
 /// The remote desktop under `/vnc`.
 pub(super) const DESKTOP: SessionKind = SessionKind {
     cookie: VIEWER_COOKIE,
@@ -92,7 +96,7 @@ pub(super) const DESKTOP: SessionKind = SessionKind {
 
 /// The terminal page under `/terminal`.
 pub(super) const TERMINAL: SessionKind = SessionKind {
-    cookie: super::terminal_page::TERMINAL_COOKIE,
+    cookie: TERMINAL_COOKIE,
     path: "/terminal",
     what: "terminal",
     scopes: &[Scope::Terminal],

@@ -122,19 +122,6 @@ impl From<agentbox_http::body::BodyError> for ApiError {
     }
 }
 
-impl From<agentbox_http::fallback::RouteError> for ApiError {
-    fn from(error: agentbox_http::fallback::RouteError) -> Self {
-        use agentbox_http::fallback::RouteError;
-        // AIO's paths that sandboxd will serve but does not yet: 501 saying so, not 404.
-        if let RouteError::NotFound { method, path } = &error
-            && let Some(answer) = super::unsupported::planned(method.as_str(), path)
-        {
-            return answer;
-        }
-        Self::new(error.status(), error.to_string())
-    }
-}
-
 impl From<supervisor::SupervisorError> for ApiError {
     fn from(error: supervisor::SupervisorError) -> Self {
         use supervisor::SupervisorError as E;

@@ -50,6 +50,17 @@ where
     }
 }
 
+/// The `Host` the client reached sandboxd at (host and port), so that reported URLs work as
+/// given through the same port.
+pub fn request_host(headers: &axum::http::HeaderMap) -> String {
+    headers
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or("localhost")
+        .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +93,24 @@ mod tests {
             "{}",
             err.message
         );
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use axum::http::{HeaderMap, HeaderValue, header};
+
+    use super::request_host;
+
+    #[test]
+    fn host_keeps_the_port_the_client_used() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(request_host(&headers), "localhost");
+        headers.insert(header::HOST, HeaderValue::from_static("10.0.0.5:8080"));
+        assert_eq!(request_host(&headers), "10.0.0.5:8080");
+        headers.insert(header::HOST, HeaderValue::from_static("[fd00::1]:8080"));
+        assert_eq!(request_host(&headers), "[fd00::1]:8080");
+        headers.insert(header::HOST, HeaderValue::from_static("box.example"));
+        assert_eq!(request_host(&headers), "box.example");
     }
 }

@@ -1,50 +1,36 @@
 //! sandboxd's HTTP API: routes, shared state and the middleware every request passes.
 //!
-//! Layout: one file per resource, each exporting `routes()` (an [`OpenApiRouter`] whose handlers
-//! carry `#[utoipa::path]`, so the OpenAPI document at `/v1/openapi.json` is generated from the
-//! code); [`types`] holds every type on the wire; [`extract`] parses requests; [`validate`]
-//! checks fields the types cannot (ranges, lengths, paths); [`error`] renders failures; [`auth`]
-//! checks the API key.
+//! Layout: one folder per resource ([`browser`], [`shell`], [`files`], [`desktop`], [`sandbox`],
+//! [`mcp`]) and a file for each smaller one ([`code`], [`util`], [`tickets`], [`health`],
+//! [`docs`]); each exports `routes()` (an [`OpenApiRouter`] whose handlers carry
+//! `#[utoipa::path]`, so the OpenAPI document at `/v1/openapi.json` is generated from the code),
+//! and a folder's `mod.rs` merges its files' routes. [`types`] holds every type on the wire;
+//! [`extract`] parses requests; [`validate`] checks fields the types cannot (ranges, lengths,
+//! paths); [`error`] renders failures; [`auth`] checks credentials; [`unsupported`] answers
+//! AIO's operations sandboxd does not serve. The services behind the routes are built in
+//! [`crate::services`], not here.
 //!
 //! **Invariant:** only this module knows JSON shapes and status codes; it calls into the
 //! supervisor and the capability modules, which know nothing of HTTP.
 
-pub mod activity;
 pub mod auth;
-pub mod bash;
 pub mod browser;
-pub mod browser_dialog;
-pub mod browser_network;
-pub mod browser_page_more;
-pub mod browser_storage;
-pub mod captcha;
-pub mod cdp;
 pub mod code;
 pub mod desktop;
 pub mod docs;
-pub mod document_view;
 pub mod error;
 pub mod extract;
-pub mod file;
-pub mod file_watch;
+pub mod files;
 pub mod health;
-pub mod hooks;
 pub mod mcp;
-pub mod mcp_rest;
 pub mod openapi;
-pub mod page_record;
-pub mod processes;
-pub mod record;
 pub mod sandbox;
 pub mod shell;
-pub mod skills;
-pub mod terminal_page;
 pub mod tickets;
 pub mod types;
 pub mod unsupported;
 pub mod util;
 pub mod validate;
-pub mod vnc;
 
 use std::sync::Arc;
 
@@ -59,221 +45,77 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::activity::Activity;
 use crate::config::Settings;
-use crate::desktop_session::DesktopSession;
-use crate::shell::{Shell, ShellConfig};
+use crate::services::Services;
+use crate::shell::Shell;
 use error::ApiError;
 
 /// Largest JSON body any route accepts unless it sets its own limit (uploads do).
 pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
-/// What every handler can reach.
+/// What every handler can reach: the sandbox's [`Services`] (dereferenced, so a handler writes
+/// `state.shell`) and the HTTP layer's own request ids.
 #[derive(Clone)]
 pub struct AppState {
-    pub supervisor: Arc<Supervisor>,
-    pub settings: Arc<Settings>,
-    pub activity: Arc<Activity>,
-    pub shell: Arc<Shell>,
-    pub desktop: Arc<DesktopSession>,
-    /// The file service behind `/v1/file/*` (roots and limits from the settings).
-    pub files: Arc<crate::files::Files>,
-    /// The file watches behind `/v1/file/watch*` (same roots).
-    pub watches: Arc<crate::files::watch::Watches>,
-    /// The browser API's connection to Chromium (made on first use).
-    pub browser: Arc<crate::browser::BrowserService>,
-    /// Authenticated connections to the VNC server for viewers.
-    pub vnc: Arc<crate::vnc::VncGateway>,
-    /// Tickets and viewer sessions for browsers.
-    pub tickets: Arc<crate::tickets::Tickets>,
-    /// The display's recorder (`/v1/display/record`).
-    pub recorder: Arc<crate::recording::Recorder>,
-    /// The page screencast recorder (`/v1/browser/page/record`).
-    pub page_recorder: Arc<crate::page_recording::PageRecorder>,
-    /// HTTP client for loopback services (Chromium's DevTools endpoint).
-    pub http: reqwest::Client,
-    /// Jupyter sessions behind `/v1/jupyter/*` (kernels start on first use).
-    pub jupyter: Arc<crate::jupyter::Jupyter>,
-    /// Node sessions and runs behind `/v1/nodejs/*`.
-    pub node: Arc<crate::nodejs::NodeSessions>,
-    /// The skills directory behind `/v1/skills/*`.
-    pub skills: Arc<crate::skills::Skills>,
-    /// The shutdown hooks behind `/v1/sandbox/hooks` (run by [`crate::run`]).
-    pub hooks: Arc<crate::hooks::Hooks>,
-
+    services: Arc<Services>,
     request_ids: RequestIds,
 }
 
 impl AppState {
+    /// The state over services already built (how [`crate::run`] makes it).
+    pub fn from_services(services: Arc<Services>) -> Self {
+        Self {
+            services,
+            request_ids: RequestIds::new("sbx", &["/healthz"]),
+        }
+    }
+
+    /// Builds the services from `settings` (tests; [`crate::run`] builds them itself).
     pub fn new(
         supervisor: Arc<Supervisor>,
         settings: Arc<Settings>,
         activity: Arc<Activity>,
     ) -> Self {
-        let shell = Arc::new(Shell::new(
-            ShellConfig::from_settings(&settings),
-            activity.clone(),
-        ));
-        let desktop = Arc::new(DesktopSession::new(settings.display.clone()));
-        let vnc = crate::vnc::VncGateway::new(
-            settings.vnc.clone(),
-            crate::vnc::VncPasswords::generate(),
-            supervisor.clone(),
-        );
-        let http = reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(10))
-            .no_proxy()
-            .build()
-            // A client without TLS or proxies only fails to build on a broken resolver setup;
-            // the default client has the same needs.
-            .unwrap_or_default();
-        let (jupyter, node) = code_runtimes(&settings);
-        Self {
-            jupyter,
-            node,
-            skills: Arc::new(crate::skills::Skills::new(
-                settings.home_dir.join("skills"),
-                crate::skills::Limits::default(),
-            )),
-            hooks: Arc::new(crate::hooks::Hooks::new(
-                env_hooks(),
-                code_user(),
-                settings.workspace.clone(),
-            )),
-            files: Arc::new(file::service(&settings)),
-            watches: Arc::new(crate::files::watch::Watches::new(
-                crate::files::Confinement::new(&settings.file_roots, &settings.workspace),
-                crate::files::watch::WatchLimits::default(),
-            )),
-            browser: Arc::new(crate::browser::BrowserService::new(&settings.browser)),
-            vnc: Arc::new(vnc),
-            tickets: Arc::new(crate::tickets::Tickets::new()),
-            recorder: Arc::new(crate::recording::Recorder::new(
-                "ffmpeg",
-                settings.display.clone(),
-                (settings.screen.width, settings.screen.height),
-                crate::recording::Limits::default(),
-            )),
-            page_recorder: Arc::new(crate::page_recording::PageRecorder::new(
-                "ffmpeg",
-                crate::page_recording::Limits::default(),
-            )),
-            http,
-            supervisor,
-            settings,
-            activity,
-            shell,
-            desktop,
-            request_ids: RequestIds::new("sbx", &["/healthz"]),
-        }
+        Self::from_services(Arc::new(Services::new(supervisor, settings, activity)))
     }
 
     /// Replaces the shell (tests use their own limits and user).
     pub fn with_shell(mut self, shell: Arc<Shell>) -> Self {
-        self.shell = shell;
+        Arc::make_mut(&mut self.services).shell = shell;
         self
     }
 
     /// Uses `passwords` for the VNC server (the ones written to its password file).
     pub fn with_vnc_passwords(mut self, passwords: crate::vnc::VncPasswords) -> Self {
-        self.vnc = Arc::new(crate::vnc::VncGateway::new(
-            self.settings.vnc.clone(),
-            passwords,
-            self.supervisor.clone(),
-        ));
+        let services = (*self.services).clone();
+        self.services = Arc::new(services.with_vnc_passwords(passwords));
         self
     }
-}
 
-/// The shutdown hooks given in the environment ([`crate::hooks::ENV_VAR`]); a value that does
-/// not parse is reported and ignored.
-fn env_hooks() -> Vec<crate::hooks::Hook> {
-    let Ok(value) = std::env::var(crate::hooks::ENV_VAR) else {
-        return Vec::new();
-    };
-    match crate::hooks::parse_env(&value) {
-        Ok(hooks) => hooks,
-        Err(error) => {
-            tracing::error!(%error, "ignoring the shutdown hooks of the environment");
-            Vec::new()
-        }
+    /// The services behind the routes.
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
     }
 }
 
-/// Who code runs as: sandboxd's own user, or the unprivileged user when sandboxd is root.
-fn code_user() -> Option<(u32, u32)> {
-    if !nix::unistd::Uid::effective().is_root() {
-        return None;
-    }
-    match nix::unistd::User::from_name(crate::shell::UNPRIVILEGED_USER) {
-        Ok(Some(user)) => Some((user.uid.as_raw(), user.gid.as_raw())),
-        _ => None,
-    }
-}
+impl std::ops::Deref for AppState {
+    type Target = Services;
 
-/// The Jupyter and Node runtimes, with their limits. Kernels and sockets live in a private
-/// directory of their own.
-fn code_runtimes(
-    settings: &Settings,
-) -> (
-    Arc<crate::jupyter::Jupyter>,
-    Arc<crate::nodejs::NodeSessions>,
-) {
-    use std::path::PathBuf;
-    use std::time::Duration;
-    let base = std::env::temp_dir().join(format!("agentbox-code-{}", std::process::id()));
-    let run_as = code_user();
-    let jupyter = crate::jupyter::Jupyter::new(crate::jupyter::JupyterConfig {
-        python: PathBuf::from("/usr/bin/python3"),
-        runtime_dir: base.join("jupyter"),
-        workspace: settings.workspace.clone(),
-        run_as,
-        max_sessions: 8,
-        idle_expiry: Duration::from_secs(30 * 60),
-        output: crate::jupyter::OutputLimits {
-            max_bytes: 8 * 1024 * 1024,
-        },
-    });
-    let node = crate::nodejs::NodeSessions::new(crate::nodejs::NodeConfig {
-        node: PathBuf::from("/usr/bin/node"),
-        runtime_dir: base.join("node"),
-        workspace: settings.workspace.clone(),
-        run_as,
-        output_limit: 1024 * 1024,
-        max_sessions: 16,
-        default_idle: Duration::from_secs(30 * 60),
-    });
-    (Arc::new(jupyter), Arc::new(node))
-}
-
-/// Starts the background expiry of idle code sessions.
-pub fn spawn_code_reapers(state: &AppState) {
-    state.jupyter.spawn_reaper();
-    state.node.spawn_reaper();
+    fn deref(&self) -> &Services {
+        &self.services
+    }
 }
 
 /// The routes that need the API key, with their OpenAPI description.
 fn protected_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(health::protected_routes())
-        .merge(activity::routes())
-        .merge(processes::routes())
-        .merge(desktop::routes())
-        .merge(record::routes())
-        .merge(mcp_rest::routes())
-        .merge(util::routes())
         .merge(sandbox::routes())
-        .merge(hooks::routes())
-        .merge(skills::routes())
+        .merge(desktop::routes())
+        .merge(mcp::rest::routes())
+        .merge(util::routes())
         .merge(shell::routes())
-        .merge(bash::routes())
-        .merge(file::routes())
-        .merge(file_watch::routes())
+        .merge(files::routes())
         .merge(browser::routes())
-        .merge(browser_dialog::routes())
-        .merge(browser_page_more::routes())
-        .merge(browser_storage::routes())
-        .merge(captcha::routes())
-        .merge(page_record::routes())
-        .merge(browser_network::routes())
         .merge(tickets::routes())
         .merge(code::routes())
 }
@@ -335,9 +177,9 @@ pub fn router(state: AppState) -> Router {
     let protected = protected
         .merge(openapi::routes())
         .merge(docs::routes())
-        .merge(cdp::routes())
+        .merge(browser::cdp::routes())
         .merge(unsupported::routes())
-        .merge(vnc::keyed_routes())
+        .merge(desktop::vnc::keyed_routes())
         .merge(
             Router::new()
                 .nest_service(
@@ -345,7 +187,7 @@ pub fn router(state: AppState) -> Router {
                     mcp::service(state.clone(), state.settings.allowed_origins.clone()),
                 )
                 .layer(middleware::from_fn_with_state(
-                    file::write_body_limit(state.files.limits()),
+                    files::write_body_limit(state.files.limits()),
                     mcp::bounded_body,
                 )),
         )
@@ -357,7 +199,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             track_activity,
         ));
-    let viewer = vnc::viewer_routes()
+    let viewer = desktop::vnc::viewer_routes()
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key_or_viewer,
@@ -366,7 +208,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             track_activity,
         ));
-    let terminal = terminal_page::routes()
+    let terminal = shell::terminal_page::routes()
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key_or_terminal,
@@ -394,7 +236,7 @@ pub fn router(state: AppState) -> Router {
 /// Marks the sandbox active for the duration of each request (for the dead-man switch).
 /// The heartbeat (`GET /v1/activity`) marks activity itself, after reading the counters.
 async fn track_activity(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    if request.uri().path() == activity::PATH {
+    if request.uri().path() == sandbox::activity::PATH {
         return next.run(request).await;
     }
     let _guard = state.activity.hold();

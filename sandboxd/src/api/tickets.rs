@@ -123,7 +123,7 @@ pub async fn issue(
         .issue(scope)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     let viewer_path = match scope {
-        Scope::Terminal => format!("{}?ticket={ticket}", super::terminal_page::PAGE),
+        Scope::Terminal => format!("{}?ticket={ticket}", super::shell::terminal_page::PAGE),
         Scope::DesktopViewOnly => format!("/vnc/index.html?ticket={ticket}&view_only=true"),
         Scope::Desktop => format!("/vnc/index.html?ticket={ticket}"),
     };

@@ -5,7 +5,7 @@
 //! - [`UNSUPPORTED`]: families that do not fit a single-tenant sandbox behind an orchestrator
 //!   (observe, the egress proxy). Their paths have routes here that take every method and
 //!   every sub-path. (Hooks, skills, captcha detection and page screencasts are served:
-//!   `api::hooks`, `api::skills`, `api::captcha`, `api::page_record`.)
+//!   `api::sandbox::hooks`, `api::sandbox::skills`, `api::browser::captcha`, `api::browser::recording`.)
 //! - [`PLANNED`]: families sandboxd will serve but does not yet (none today). They have no
 //!   routes, so that adding the real ones never collides with these: the 404 fallback answers
 //!   501 for their paths instead (see [`planned`]).
@@ -188,6 +188,21 @@ fn http_method(method: &str) -> Option<HttpMethod> {
         "PATCH" => HttpMethod::Patch,
         _ => return None,
     })
+}
+
+/// A path no route took: AIO's paths that sandboxd will serve but does not yet get a 501 saying
+/// so ([`planned`]), others the plain 404 or 405.
+impl From<agentbox_http::fallback::RouteError> for ApiError {
+    fn from(error: agentbox_http::fallback::RouteError) -> Self {
+        use agentbox_http::fallback::RouteError;
+        // AIO's paths that sandboxd will serve but does not yet: 501 saying so, not 404.
+        if let RouteError::NotFound { method, path } = &error
+            && let Some(answer) = planned(method.as_str(), path)
+        {
+            return answer;
+        }
+        Self::new(error.status(), error.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ async fn from_file(state: &AppState, path: String) -> Result<String, ApiError> {
     let (bytes, name) = tokio::task::spawn_blocking(move || {
         let download = files
             .open_download(path.as_ref())
-            .map_err(super::file::file_error)?;
+            .map_err(super::files::file_error)?;
         if download.size > MAX_SOURCE_BYTES as u64 {
             return Err(too_large(download.size));
         }

@@ -3,9 +3,9 @@
 //! While a dialog is open, its tab runs no script and answers no page command: every call would
 //! hang until the dialog goes. So each tab an API call uses is watched
 //! (`Page.javascriptDialogOpening` / `Page.javascriptDialogClosed`): a page call on a tab with an
-//! open dialog fails at once with [`BrowserError::Dialog`] naming its kind and text, and a call
+//! open dialog fails at once with [`BrowserError::Dialog`](super::BrowserError::Dialog) naming its kind and text, and a call
 //! during which one opens ends at once the same way ([`Dialogs::opening`]). The caller answers it
-//! with [`BrowserService::answer_dialog`] (`POST /v1/browser/page/dialog`); one left open is
+//! with [`BrowserService::answer_dialog`](super::BrowserService::answer_dialog) (`POST /v1/browser/page/dialog`); one left open is
 //! answered by the default policy [`DialogPolicy`] [`GRACE`] after it opened: an alert and a
 //! `beforeunload` are accepted, a confirm and a prompt dismissed (the choice that changes
 //! nothing).
@@ -22,9 +22,6 @@ use chromiumoxide::cdp::browser_protocol::page::{
 use chromiumoxide::cdp::browser_protocol::target::TargetId;
 use futures::StreamExt;
 use tokio::sync::watch;
-
-use super::BrowserService;
-use super::error::BrowserError;
 
 /// How long a dialog nobody answers stays open before the default policy answers it.
 pub const GRACE: Duration = Duration::from_secs(3);
@@ -192,7 +189,7 @@ impl Dialogs {
 
     /// Marks `target`'s dialog answered (the closed event follows; a call right after must not
     /// see it still open).
-    fn answered(&self, target: &TargetId) {
+    pub(super) fn answered(&self, target: &TargetId) {
         if let Some(watched) = self.lock().get(target) {
             watched.state.send_replace(None);
         }
@@ -242,44 +239,6 @@ async fn answer_after_grace(
         .await
     {
         tracing::debug!(%error, "answering the dialog failed (it may have closed already)");
-    }
-}
-
-impl BrowserService {
-    /// The dialog open in the active tab, if any.
-    pub async fn open_dialog(&self) -> Result<Option<OpenDialog>, BrowserError> {
-        self.connection
-            .run(|session| async move {
-                let page = session.active_page_unchecked().await?;
-                Ok(session.dialogs.open(page.target_id()))
-            })
-            .await
-    }
-
-    /// Accepts or dismisses the active tab's dialog (`prompt_text` answers a prompt), and returns
-    /// the dialog it answered.
-    pub async fn answer_dialog(
-        &self,
-        accept: bool,
-        prompt_text: Option<&str>,
-    ) -> Result<OpenDialog, BrowserError> {
-        self.connection
-            .run(|session| async move {
-                let page = session.active_page_unchecked().await?;
-                let target = page.target_id().clone();
-                let dialog = session
-                    .dialogs
-                    .open(&target)
-                    .ok_or(BrowserError::NoDialog)?;
-                let mut params = HandleJavaScriptDialogParams::new(accept);
-                if let Some(text) = prompt_text {
-                    params.prompt_text = Some(text.to_string());
-                }
-                page.execute(params).await?;
-                session.dialogs.answered(&target);
-                Ok(dialog)
-            })
-            .await
     }
 }
 

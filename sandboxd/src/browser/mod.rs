@@ -60,8 +60,29 @@ pub use tabs::TabInfo;
 pub use url_policy::{AllowedHost, Refusal, UrlPolicy};
 pub use wait::{Condition, ElementState, Waited};
 
-use crate::config::BrowserSettings;
 use connection::Session;
+
+/// Settings of the browser API (`/v1/browser/...`).
+#[derive(Debug, Clone)]
+pub struct BrowserSettings {
+    /// Chromium's DevTools HTTP endpoint inside the container (`SANDBOXD_BROWSER_CDP_ADDR`,
+    /// default `127.0.0.1:9229`).
+    pub cdp_addr: std::net::SocketAddr,
+    /// Open private and local addresses too (`SANDBOXD_BROWSER_ALLOW_PRIVATE`, default false).
+    pub allow_private: bool,
+    /// Host names, addresses and CIDR ranges opened even when private
+    /// (`SANDBOXD_BROWSER_ALLOW_HOSTS`, comma-separated).
+    pub allow_hosts: Vec<AllowedHost>,
+    /// The CDP URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_CDP_URL`); when unset it is
+    /// derived from the request's `Host` header (port 9222).
+    pub public_cdp_url: Option<String>,
+    /// The noVNC URL `GET /v1/browser/info` reports (`SANDBOXD_PUBLIC_VNC_URL`); when unset it is
+    /// derived from the request's `Host` header (port 6080, `/vnc.html`).
+    pub public_vnc_url: Option<String>,
+    /// The supervised program that runs Chromium, restarted by `POST /v1/browser/restart`
+    /// with `mode: hard` (`SANDBOXD_BROWSER_PROGRAM`, default `chromium`).
+    pub program: String,
+}
 
 /// Time limit of an operation that has none of its own.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -241,5 +262,48 @@ impl BrowserService {
         tokio::time::timeout(OP_TIMEOUT, self.connection.run(op))
             .await
             .map_err(|_| BrowserError::timeout(what, OP_TIMEOUT))?
+    }
+}
+
+/// The JavaScript dialogs of the active tab ([`dialog`] watches them; an operation here changes
+/// nothing else).
+impl BrowserService {
+    /// The dialog open in the active tab, if any.
+    pub async fn open_dialog(&self) -> Result<Option<dialog::OpenDialog>, BrowserError> {
+        self.connection
+            .run(|session| async move {
+                let page = session.active_page_unchecked().await?;
+                Ok(session.dialogs.open(page.target_id()))
+            })
+            .await
+    }
+
+    /// Accepts or dismisses the active tab's dialog (`prompt_text` answers a prompt), and returns
+    /// the dialog it answered.
+    pub async fn answer_dialog(
+        &self,
+        accept: bool,
+        prompt_text: Option<&str>,
+    ) -> Result<dialog::OpenDialog, BrowserError> {
+        self.connection
+            .run(|session| async move {
+                let page = session.active_page_unchecked().await?;
+                let target = page.target_id().clone();
+                let dialog = session
+                    .dialogs
+                    .open(&target)
+                    .ok_or(BrowserError::NoDialog)?;
+                let mut params =
+                    chromiumoxide::cdp::browser_protocol::page::HandleJavaScriptDialogParams::new(
+                        accept,
+                    );
+                if let Some(text) = prompt_text {
+                    params.prompt_text = Some(text.to_string());
+                }
+                page.execute(params).await?;
+                session.dialogs.answered(&target);
+                Ok(dialog)
+            })
+            .await
     }
 }

@@ -186,14 +186,10 @@ impl DesktopSession {
         action: Action,
         screenshot_id: Option<u64>,
     ) -> Result<Checked, SessionError> {
-        let at = |point: Option<Point>| {
-            point
-                .map(|p| self.screen_point(p, screenshot_id))
-                .transpose()
-        };
+        let at = |point: Point| self.screen_point(point, screenshot_id);
         let step = match action {
             Action::MoveTo(to) => {
-                let (x, y) = self.screen_point(to, screenshot_id)?;
+                let (x, y) = at(to)?;
                 Step::MoveTo(x, y)
             }
             Action::MoveBy { x_offset, y_offset } => {
@@ -205,17 +201,9 @@ impl DesktopSession {
                 num_clicks,
                 modifiers,
             } => {
-                if !(1..=3).contains(&num_clicks) {
-                    return Err(invalid(
-                        "num_clicks",
-                        DesktopError::ClickCount(num_clicks).to_string(),
-                    ));
-                }
-                if !modifiers.is_empty() {
-                    key_names::parse_hotkey(&modifiers).map_err(|e| key_error("modifiers", e))?;
-                }
+                check_click(num_clicks, &modifiers)?;
                 Step::Click {
-                    at: at(point)?,
+                    at: point.map(at).transpose()?,
                     button,
                     count: num_clicks,
                     modifiers,
@@ -223,9 +211,7 @@ impl DesktopSession {
             }
             Action::ButtonDown(button) => Step::Down(button),
             Action::ButtonUp(button) => Step::Up(button),
-            Action::DragTo { to, button } => {
-                Step::DragTo(self.screen_point(to, screenshot_id)?, button)
-            }
+            Action::DragTo { to, button } => Step::DragTo(at(to)?, button),
             Action::DragBy { x_offset, y_offset } => Step::DragBy(
                 (offset("x_offset", x_offset)?, offset("y_offset", y_offset)?),
                 Button::Left,
@@ -235,66 +221,19 @@ impl DesktopSession {
                 button,
                 step_ms,
             } => {
-                let step = step_ms.map_or(DRAG_STEP, Duration::from_millis);
-                let points = u32::try_from(path.len()).unwrap_or(u32::MAX);
-                if step > MAX_DRAG_STEP || step.saturating_mul(points) > MAX_DRAG {
-                    return Err(invalid(
-                        "step_ms",
-                        format!(
-                            "step_ms must be at most {} and the whole drag at most {} s",
-                            MAX_DRAG_STEP.as_millis(),
-                            MAX_DRAG.as_secs()
-                        ),
-                    ));
-                }
-                if !DRAG_PATH_POINTS.contains(&path.len()) {
-                    return Err(invalid(
-                        "path",
-                        format!(
-                            "path needs between {} and {} points, got {}",
-                            DRAG_PATH_POINTS.start(),
-                            DRAG_PATH_POINTS.end(),
-                            path.len()
-                        ),
-                    ));
-                }
-                let points = path
-                    .into_iter()
-                    .map(|p| self.screen_point(p, screenshot_id))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let step = check_drag_path(path.len(), step_ms)?;
+                let points = path.into_iter().map(at).collect::<Result<Vec<_>, _>>()?;
                 Step::Path(points, button, step)
             }
             Action::Scroll { at: point, dx, dy } => {
-                for (field, notches) in [("dx", dx), ("dy", dy)] {
-                    if notches.unsigned_abs() > desktop::MAX_SCROLL_NOTCHES.unsigned_abs() {
-                        return Err(invalid(
-                            field,
-                            format!("{field}: {}", DesktopError::ScrollTooLong(notches)),
-                        ));
-                    }
-                }
+                check_scroll(dx, dy)?;
                 Step::Scroll {
-                    at: at(point)?,
+                    at: point.map(at).transpose()?,
                     dx,
                     dy,
                 }
             }
-            Action::Type { text, paste } => {
-                if text.is_empty() {
-                    return Err(invalid("text", "text must not be empty"));
-                }
-                if text.len() > MAX_TEXT_BYTES {
-                    return Err(invalid(
-                        "text",
-                        format!("text is longer than {MAX_TEXT_BYTES} bytes"),
-                    ));
-                }
-                if paste {
-                    Step::Paste(text)
-                } else {
-                    Step::Type(text)
-                }
-            }
+            Action::Type { text, paste } => check_text(text, paste)?,
             Action::Press(key) => {
                 key_names::parse_sequence(&key).map_err(|e| key_error("key", e))?;
                 Step::Press(key)
@@ -314,40 +253,11 @@ impl DesktopSession {
                 key_names::parse_hotkey(&keys).map_err(|e| key_error("keys", e))?;
                 Step::Hotkey(keys)
             }
-            Action::Wait { duration } => {
-                if !duration.is_finite() || duration <= 0.0 || duration > MAX_WAIT.as_secs_f64() {
-                    return Err(invalid(
-                        "duration",
-                        format!(
-                            "duration must be more than 0 and at most {} seconds",
-                            MAX_WAIT.as_secs()
-                        ),
-                    ));
-                }
-                // Finite, positive and at most a minute: `from_secs_f64` cannot panic.
-                Step::Wait(Duration::from_secs_f64(duration))
-            }
+            Action::Wait { duration } => Step::Wait(check_wait(duration)?),
             Action::WaitSettled {
                 quiet_ms,
                 timeout_ms,
-            } => {
-                let quiet = quiet_ms.map_or(DEFAULT_SETTLE_QUIET, Duration::from_millis);
-                let timeout = timeout_ms.map_or(DEFAULT_SETTLE_TIMEOUT, Duration::from_millis);
-                let max_ms = MAX_SETTLE.as_millis();
-                if quiet.is_zero() || quiet > MAX_SETTLE {
-                    return Err(invalid(
-                        "quiet_ms",
-                        format!("quiet_ms must be between 1 and {max_ms}"),
-                    ));
-                }
-                if timeout > MAX_SETTLE {
-                    return Err(invalid(
-                        "timeout_ms",
-                        format!("timeout_ms must be at most {max_ms}"),
-                    ));
-                }
-                Step::Settle { quiet, timeout }
-            }
+            } => check_settle(quiet_ms, timeout_ms)?,
             Action::CursorPosition => Step::Nothing,
         };
         Ok(Checked(step))
@@ -426,6 +336,113 @@ impl DesktopSession {
         // Within ±1e6 (or mapped onto the screen): the conversion is exact after rounding.
         Ok((x.round() as i32, y.round() as i32))
     }
+}
+
+/// A click's count and modifier keys.
+fn check_click(num_clicks: u32, modifiers: &[String]) -> Result<(), SessionError> {
+    if !(1..=3).contains(&num_clicks) {
+        return Err(invalid(
+            "num_clicks",
+            DesktopError::ClickCount(num_clicks).to_string(),
+        ));
+    }
+    if !modifiers.is_empty() {
+        key_names::parse_hotkey(modifiers).map_err(|e| key_error("modifiers", e))?;
+    }
+    Ok(())
+}
+
+/// A drag path's length in points and its pace; the time between two points.
+fn check_drag_path(points: usize, step_ms: Option<u64>) -> Result<Duration, SessionError> {
+    let step = step_ms.map_or(DRAG_STEP, Duration::from_millis);
+    let count = u32::try_from(points).unwrap_or(u32::MAX);
+    if step > MAX_DRAG_STEP || step.saturating_mul(count) > MAX_DRAG {
+        return Err(invalid(
+            "step_ms",
+            format!(
+                "step_ms must be at most {} and the whole drag at most {} s",
+                MAX_DRAG_STEP.as_millis(),
+                MAX_DRAG.as_secs()
+            ),
+        ));
+    }
+    if !DRAG_PATH_POINTS.contains(&points) {
+        return Err(invalid(
+            "path",
+            format!(
+                "path needs between {} and {} points, got {points}",
+                DRAG_PATH_POINTS.start(),
+                DRAG_PATH_POINTS.end(),
+            ),
+        ));
+    }
+    Ok(step)
+}
+
+/// A scroll's notches on each axis.
+fn check_scroll(dx: i32, dy: i32) -> Result<(), SessionError> {
+    for (field, notches) in [("dx", dx), ("dy", dy)] {
+        if notches.unsigned_abs() > desktop::MAX_SCROLL_NOTCHES.unsigned_abs() {
+            return Err(invalid(
+                field,
+                format!("{field}: {}", DesktopError::ScrollTooLong(notches)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Text to type (or paste): not empty, bounded.
+fn check_text(text: String, paste: bool) -> Result<Step, SessionError> {
+    if text.is_empty() {
+        return Err(invalid("text", "text must not be empty"));
+    }
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(invalid(
+            "text",
+            format!("text is longer than {MAX_TEXT_BYTES} bytes"),
+        ));
+    }
+    Ok(if paste {
+        Step::Paste(text)
+    } else {
+        Step::Type(text)
+    })
+}
+
+/// A wait of `duration` seconds.
+fn check_wait(duration: f64) -> Result<Duration, SessionError> {
+    if !duration.is_finite() || duration <= 0.0 || duration > MAX_WAIT.as_secs_f64() {
+        return Err(invalid(
+            "duration",
+            format!(
+                "duration must be more than 0 and at most {} seconds",
+                MAX_WAIT.as_secs()
+            ),
+        ));
+    }
+    // Finite, positive and at most a minute: `from_secs_f64` cannot panic.
+    Ok(Duration::from_secs_f64(duration))
+}
+
+/// A wait for the screen to settle.
+fn check_settle(quiet_ms: Option<u64>, timeout_ms: Option<u64>) -> Result<Step, SessionError> {
+    let quiet = quiet_ms.map_or(DEFAULT_SETTLE_QUIET, Duration::from_millis);
+    let timeout = timeout_ms.map_or(DEFAULT_SETTLE_TIMEOUT, Duration::from_millis);
+    let max_ms = MAX_SETTLE.as_millis();
+    if quiet.is_zero() || quiet > MAX_SETTLE {
+        return Err(invalid(
+            "quiet_ms",
+            format!("quiet_ms must be between 1 and {max_ms}"),
+        ));
+    }
+    if timeout > MAX_SETTLE {
+        return Err(invalid(
+            "timeout_ms",
+            format!("timeout_ms must be at most {max_ms}"),
+        ));
+    }
+    Ok(Step::Settle { quiet, timeout })
 }
 
 /// Runs a checked step on the display (waits are not steps that reach it).

@@ -22,8 +22,23 @@ use std::time::Duration;
 use supervisor::{ProgramState, Supervisor};
 use tokio::net::TcpStream;
 
-use crate::config::VncSettings;
 pub use passwords::VncPasswords;
+
+/// Settings of the remote desktop sandboxd fronts on its own port (`/vnc/`, `/websockify`).
+#[derive(Debug, Clone)]
+pub struct VncSettings {
+    /// The VNC server (x11vnc), listening on loopback only (`SANDBOXD_VNC_ADDR`, default
+    /// `127.0.0.1:5900`).
+    pub addr: std::net::SocketAddr,
+    /// The supervised program that serves it, started on the first viewer
+    /// (`SANDBOXD_VNC_PROGRAM`, default `x11vnc`).
+    pub program: String,
+    /// Where sandboxd writes the VNC server's passwords (one full-access, one view-only), fresh
+    /// at every start (`SANDBOXD_VNC_PASSWORD_FILE`, default `/run/sandboxd/vnc-passwords`).
+    pub password_file: std::path::PathBuf,
+    /// noVNC's static files (`SANDBOXD_NOVNC_DIR`, default `/usr/share/novnc`).
+    pub novnc_dir: std::path::PathBuf,
+}
 
 /// How a viewer may use the desktop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,16 +22,17 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::super::error::ApiError;
-use super::super::extract::AioJson;
-use super::super::types::{
+use super::{GuiActionArgs, SandboxTools, envelope_result, failure, json_result, to_json_text};
+use crate::api::browser::{forms, input, page, tabs};
+use crate::api::error::ApiError;
+use crate::api::extract::AioJson;
+use crate::api::types::{
     ClickRequest, CodeExecuteRequest, ConvertToMarkdownRequest, DesktopScreenshotQuery,
     EvaluateRequest, FileFindRequest, FileGrepRequest, FileListRequest, FileReadRequest,
     FileReplaceRequest, FileWriteRequest, FillFormRequest, FillRequest, HoverRequest,
     NewTabRequest, ShellExecRequest, StrReplaceEditorRequest,
 };
-use super::super::{browser, browser_page_more, code, file, sandbox, util};
-use super::{GuiActionArgs, SandboxTools, envelope_result, failure, json_result, to_json_text};
+use crate::api::{code, files, sandbox, util};
 use crate::browser::{Clip, Evaluation, ImageFormat, ScreenshotOptions};
 
 /// The session `sandbox_execute_bash` calls share unless they ask for a new one.
@@ -222,14 +223,14 @@ pub struct PageScreenshotArgs {
 fn request<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     let bytes = serde_json::to_vec(&value)
         .map_err(|e| ApiError::bad_request(format!("unusable arguments: {e}")))?;
-    super::super::extract::parse_json(&bytes)
+    crate::api::extract::parse_json(&bytes)
 }
 
 /// A JSON answer AIO's clients read: `success` and the fields of `data` on success, `success:
 /// false` and `error` (an error result) on failure.
 fn aio_json<T: serde::Serialize>(
     head: Value,
-    answer: Result<Json<super::super::types::Envelope<T>>, ApiError>,
+    answer: Result<Json<crate::api::types::Envelope<T>>, ApiError>,
 ) -> CallToolResult {
     let mut object = match head {
         Value::Object(object) => object,
@@ -356,7 +357,7 @@ impl SandboxTools {
             preserve_symlinks: None,
             truncate: None,
         };
-        let answer = super::super::shell::run_exec(&self.state, request).await;
+        let answer = crate::api::shell::run_exec(&self.state, request).await;
         Ok(match answer {
             Ok(envelope) => match envelope.data {
                 Some(result) => json_result(&json!({
@@ -470,7 +471,7 @@ impl SandboxTools {
                 let answer = async {
                     let request: FileReadRequest =
                         request(json!({"file": path, "encoding": args.encoding}))?;
-                    file::read(state(), AioJson(request)).await
+                    files::read(state(), AioJson(request)).await
                 };
                 aio_json(head, answer.await)
             }
@@ -482,7 +483,7 @@ impl SandboxTools {
                         "encoding": args.encoding,
                         "append": args.append,
                     }))?;
-                    file::write_file(&self.state, request).await
+                    files::write_file(&self.state, request).await
                 };
                 aio_json(head, answer.await)
             }
@@ -490,7 +491,7 @@ impl SandboxTools {
                 let answer = async {
                     let request: FileListRequest =
                         request(json!({"path": path, "recursive": args.recursive}))?;
-                    file::list(state(), AioJson(request)).await
+                    files::list(state(), AioJson(request)).await
                 };
                 aio_json(head, answer.await)
             }
@@ -498,7 +499,7 @@ impl SandboxTools {
                 let answer = async {
                     let request: FileFindRequest =
                         request(json!({"path": path, "glob": needs("pattern", &args.pattern)?}))?;
-                    file::find(state(), AioJson(request)).await
+                    files::find(state(), AioJson(request)).await
                 };
                 aio_json(head, answer.await)
             }
@@ -507,7 +508,7 @@ impl SandboxTools {
                     let request: FileGrepRequest = request(
                         json!({"path": path, "pattern": needs("pattern", &args.pattern)?}),
                     )?;
-                    file::grep(state(), AioJson(request)).await
+                    files::grep(state(), AioJson(request)).await
                 };
                 aio_json(head, answer.await)
             }
@@ -518,7 +519,7 @@ impl SandboxTools {
                         "old_str": needs("old_str", &args.old_str)?,
                         "new_str": needs("new_str", &args.new_str)?,
                     }))?;
-                    file::replace(state(), AioJson(request)).await
+                    files::replace(state(), AioJson(request)).await
                 };
                 aio_json(head, answer.await)
             }
@@ -578,7 +579,7 @@ impl SandboxTools {
         viewports."
     )]
     async fn browser_get_info(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::info(State(self.state.clone()), axum::http::HeaderMap::new()).await;
+        let answer = page::info(State(self.state.clone()), axum::http::HeaderMap::new()).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -639,14 +640,14 @@ impl SandboxTools {
     /// Back one page.
     #[tool(description = "Go back to the previous page of the active tab.")]
     async fn browser_go_back(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::back(State(self.state.clone())).await;
+        let answer = page::back(State(self.state.clone())).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
     /// Forward one page.
     #[tool(description = "Go forward to the next page of the active tab.")]
     async fn browser_go_forward(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::forward(State(self.state.clone())).await;
+        let answer = page::forward(State(self.state.clone())).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -681,7 +682,7 @@ impl SandboxTools {
         let answer = async {
             let tabs = self.state.browser.tabs().await?;
             let active = tabs.iter().find(|t| t.active).map_or(0, |t| t.index);
-            browser::close_tab(State(self.state.clone()), Path(active.to_string())).await
+            tabs::close_tab(State(self.state.clone()), Path(active.to_string())).await
         };
         Ok(envelope_result(answer.await, to_json_text))
     }
@@ -689,14 +690,14 @@ impl SandboxTools {
     /// The page as Markdown.
     #[tool(description = "The active page's visible content as Markdown.")]
     async fn browser_get_markdown(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::markdown(State(self.state.clone())).await;
+        let answer = page::markdown(State(self.state.clone())).await;
         Ok(envelope_result(answer, |data| data.markdown.clone()))
     }
 
     /// The page's visible text.
     #[tool(description = "The visible text of the active page (empty for an empty page).")]
     async fn browser_get_text(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::text(State(self.state.clone())).await;
+        let answer = page::text(State(self.state.clone())).await;
         Ok(envelope_result(answer, Clone::clone))
     }
 
@@ -741,7 +742,7 @@ impl SandboxTools {
     ) -> Result<CallToolResult, ErrorData> {
         let answer = async {
             let request: HoverRequest = request(element_fields(args.index, &args.selector)?)?;
-            browser::hover(State(self.state.clone()), AioJson(request)).await
+            input::hover(State(self.state.clone()), AioJson(request)).await
         };
         Ok(envelope_result(answer.await, to_json_text))
     }
@@ -759,7 +760,7 @@ impl SandboxTools {
             let mut item = element_fields(args.index, &args.selector)?;
             item["value"] = Value::String(args.value.clone());
             let request: FillFormRequest = request(json!({"items": [item]}))?;
-            browser_page_more::fill_form(State(self.state.clone()), AioJson(request)).await
+            forms::fill_form(State(self.state.clone()), AioJson(request)).await
         };
         Ok(match answer.await {
             Ok(Json(envelope)) if envelope.success => {
@@ -789,12 +790,12 @@ impl SandboxTools {
                 let mut fields = target;
                 fields["text"] = Value::String(args.value.clone());
                 let request: FillRequest = request(fields)?;
-                let _filled = browser::fill(State(self.state.clone()), AioJson(request)).await?;
+                let _filled = input::fill(State(self.state.clone()), AioJson(request)).await?;
             } else {
                 let request: ClickRequest = request(target)?;
-                let _clicked = browser::click(State(self.state.clone()), AioJson(request)).await?;
+                let _clicked = input::click(State(self.state.clone()), AioJson(request)).await?;
                 self.state.browser.press_key("Control+End").await?;
-                let text = browser::typed_text("value", &args.value)?;
+                let text = crate::api::browser::typed_text("value", &args.value)?;
                 self.state.browser.type_text(text, Duration::ZERO).await?;
             }
             Ok::<(), ApiError>(())
@@ -820,7 +821,7 @@ impl SandboxTools {
         browser_hover, browser_select, browser_form_input_fill or browser_screenshot."
     )]
     async fn browser_get_clickable_elements(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser_page_more::elements(State(self.state.clone())).await;
+        let answer = forms::elements(State(self.state.clone())).await;
         Ok(match answer {
             Ok(Json(envelope)) => {
                 let elements = envelope.data.unwrap_or_default();
@@ -876,7 +877,7 @@ impl SandboxTools {
     ) -> Result<CallToolResult, ErrorData> {
         let answer = async {
             let request: EvaluateRequest = request(json!({"expression": args.script}))?;
-            browser::evaluate(State(self.state.clone()), AioJson(request)).await
+            page::evaluate(State(self.state.clone()), AioJson(request)).await
         };
         Ok(envelope_result(answer.await, to_json_text))
     }
@@ -891,8 +892,7 @@ impl SandboxTools {
             let shot = self.state.browser.screenshot(png(None, false)).await?;
             // The image's own size: the viewport with its scroll bars (innerWidth x
             // innerHeight), the space browser_vision_screen_click takes.
-            let (width, height) =
-                browser::png_size(&shot.bytes).unwrap_or((shot.width, shot.height));
+            let (width, height) = page::png_size(&shot.bytes).unwrap_or((shot.width, shot.height));
             Ok::<_, ApiError>((shot, width, height))
         };
         Ok(match shot.await {
@@ -934,7 +934,7 @@ impl SandboxTools {
                 }
             };
             let request: ClickRequest = request(json!({"x": x, "y": y}))?;
-            browser::click(State(self.state.clone()), AioJson(request)).await
+            input::click(State(self.state.clone()), AioJson(request)).await
         };
         Ok(envelope_result(answer.await, to_json_text))
     }
@@ -948,7 +948,7 @@ impl SandboxTools {
         let request = NewTabRequest {
             url: Some(args.url),
         };
-        let answer = browser::new_tab(State(self.state.clone()), AioJson(request)).await;
+        let answer = tabs::new_tab(State(self.state.clone()), AioJson(request)).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -958,7 +958,7 @@ impl SandboxTools {
         JavaScript dialog open in one)."
     )]
     async fn browser_tab_list(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::list_tabs(State(self.state.clone())).await;
+        let answer = tabs::list_tabs(State(self.state.clone())).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -970,7 +970,7 @@ impl SandboxTools {
     ) -> Result<CallToolResult, ErrorData> {
         let answer = async {
             let index = index_field("index", args.index)?;
-            browser::activate_tab(State(self.state.clone()), Path(index.to_string())).await
+            tabs::activate_tab(State(self.state.clone()), Path(index.to_string())).await
         };
         Ok(envelope_result(answer.await, to_json_text))
     }

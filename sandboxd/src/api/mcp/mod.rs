@@ -26,9 +26,10 @@ use super::types::{
     FileListRequest, FileReadRequest, FileWriteRequest, FillRequest, NavigateRequest,
     PressKeyRequest, ShellExecRequest, StrReplaceEditorRequest,
 };
-use super::{browser, desktop, file, shell};
+use super::{browser, desktop, files, shell};
 
 mod aio;
+pub mod rest;
 
 /// Arguments of the `desktop_action` tool: one action, as `POST /v1/browser/actions` takes it.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -160,7 +161,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<FileReadRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = file::read(State(self.state.clone()), AioJson(request)).await;
+        let answer = files::read(State(self.state.clone()), AioJson(request)).await;
         Ok(envelope_result(answer, |data| data.content.clone()))
     }
 
@@ -174,7 +175,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<FileWriteRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = file::write_file(&self.state, request).await;
+        let answer = files::write_file(&self.state, request).await;
         Ok(envelope_result(answer, |data| {
             format!("wrote {} bytes to {}", data.bytes_written, data.file)
         }))
@@ -189,7 +190,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<FileListRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = file::list(State(self.state.clone()), AioJson(request)).await;
+        let answer = files::list(State(self.state.clone()), AioJson(request)).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -203,7 +204,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<FileGrepRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = file::grep(State(self.state.clone()), AioJson(request)).await;
+        let answer = files::grep(State(self.state.clone()), AioJson(request)).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -217,7 +218,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<StrReplaceEditorRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = file::str_replace_editor(State(self.state.clone()), AioJson(request)).await;
+        let answer = files::str_replace_editor(State(self.state.clone()), AioJson(request)).await;
         Ok(envelope_result(answer, |data| data.output.clone()))
     }
 
@@ -231,7 +232,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<NavigateRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::navigate(State(self.state.clone()), AioJson(request)).await;
+        let answer = browser::page::navigate(State(self.state.clone()), AioJson(request)).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -242,14 +243,14 @@ impl SandboxTools {
         pass to browser_click and browser_fill."
     )]
     async fn browser_snapshot(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::snapshot(State(self.state.clone())).await;
+        let answer = browser::page::snapshot(State(self.state.clone())).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
     /// The page's visible text.
     #[tool(description = "The visible text of the browser's active page.")]
     async fn browser_text(&self) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::text(State(self.state.clone())).await;
+        let answer = browser::page::text(State(self.state.clone())).await;
         Ok(envelope_result(answer, Clone::clone))
     }
 
@@ -262,7 +263,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<ClickRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::click(State(self.state.clone()), AioJson(request)).await;
+        let answer = browser::input::click(State(self.state.clone()), AioJson(request)).await;
         Ok(envelope_result(answer, to_json_text))
     }
 
@@ -275,7 +276,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<FillRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::fill(State(self.state.clone()), AioJson(request)).await;
+        let answer = browser::input::fill(State(self.state.clone()), AioJson(request)).await;
         Ok(done_result(answer))
     }
 
@@ -285,7 +286,7 @@ impl SandboxTools {
         &self,
         Parameters(request): Parameters<PressKeyRequest>,
     ) -> Result<CallToolResult, ErrorData> {
-        let answer = browser::press_key(State(self.state.clone()), AioJson(request)).await;
+        let answer = browser::input::press_key(State(self.state.clone()), AioJson(request)).await;
         Ok(done_result(answer))
     }
 }

@@ -15,10 +15,10 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use tokio::sync::mpsc;
 
-use super::super::AppState;
-use super::super::error::ApiError;
-use super::super::extract::AioQuery;
-use super::super::types::{
+use crate::api::AppState;
+use crate::api::error::ApiError;
+use crate::api::extract::AioQuery;
+use crate::api::types::{
     ErrorBody, TerminalClientMessage, TerminalClientMessageKind, TerminalQuery, TerminalReady,
     TerminalResize, TerminalServerMessage,
 };
