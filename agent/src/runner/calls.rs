@@ -3,10 +3,8 @@
 //! shares (the target check, refusals, the started and finished events).
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
 
-use super::config::MAX_SHELL_WAIT;
-use super::state::{State, image_ref, millis};
+use super::state::State;
 use super::{Runner, Stop, Waited};
 use crate::action::DesktopAction;
 use crate::control::Signal;
@@ -236,6 +234,8 @@ impl Runner {
         Ok(planned.clone())
     }
 
+    /// Runs one call of the turn, planned on `planned`; `observe_after` when it is the turn's
+    /// last visual call (the one that takes the screenshot after the turn).
     async fn run_call(
         &self,
         st: &mut State,
@@ -273,186 +273,23 @@ impl Runner {
                     .await
             }
             ToolRequest::Screenshot => {
-                self.emit(RunEvent::ActionStarted {
-                    step: st.step,
-                    call_id: call.id.clone(),
-                    action: call.request.clone(),
-                    observation_id: planned.map(|p| p.id.clone()),
-                })
-                .await?;
-                let mut outcome = CallOutcome::plain(result_for(call, String::new(), false));
-                outcome.visual = true;
-                let mut screenshot = None;
-                let mut take_over = false;
-                if observe_after {
-                    match self.observe(st).await? {
-                        Waited::Done(()) => {
-                            outcome.result.image = st.latest_image();
-                            outcome.observed = true;
-                            screenshot = st.latest.as_ref().map(|l| l.id.clone());
-                        }
-                        Waited::TakeOver => take_over = true,
-                    }
-                }
-                self.emit(RunEvent::ActionFinished {
-                    step: st.step,
-                    call_id: call.id.clone(),
-                    action: call.request.clone(),
-                    observation_id: planned.map(|p| p.id.clone()),
-                    outcome: ActionOutcome::Ok,
-                    error: None,
-                    screen_points: Vec::new(),
-                    timings,
-                    screenshot,
-                })
-                .await?;
-                if take_over {
-                    self.pause(st, None).await?;
-                }
-                Ok(outcome)
+                self.run_screenshot(st, call, planned, timings, observe_after)
+                    .await
             }
             ToolRequest::Zoom { region } => {
-                let [x0, y0, x1, y1] = *region;
-                let corner = (x1 - 1.0).max(x0);
-                let bottom = (y1 - 1.0).max(y0);
-                let planned =
-                    match self.check_target(st, planned, &[(x0, y0), (corner, bottom)], "zoom") {
-                        Ok(planned) => planned,
-                        Err(message) => return self.refuse(st, call, message).await,
-                    };
-                let bounds = self
-                    .model
-                    .info()
-                    .observation_bounds
-                    .unwrap_or((planned.image_width, planned.image_height));
-                self.started(st, call, Some(&planned)).await?;
-                let begun = Instant::now();
-                let result = tokio::select! {
-                    result = self.computer.zoom(&planned, *region, bounds) => result,
-                    _ = self.control.wait_cancel() => return Err(Stop::Canceled),
-                };
-                let timings = Timings {
-                    action_ms: millis(begun.elapsed()),
-                    ..timings
-                };
-                match result {
-                    Ok(zoomed) => {
-                        let meta = zoomed.meta();
-                        self.sink.screenshot(&meta, &zoomed.image).await?;
-                        st.images.insert(meta.id.clone(), zoomed.image);
-                        self.finished(
-                            st,
-                            call,
-                            Some(&planned),
-                            None,
-                            timings,
-                            Some(meta.id.clone()),
-                        )
-                        .await?;
-                        let mut result = result_for(
-                            call,
-                            format!("Zoomed into [{x0}, {y0}, {x1}, {y1}]."),
-                            false,
-                        );
-                        result.image = Some(image_ref(&meta));
-                        Ok(CallOutcome::plain(result))
-                    }
-                    Err(error) => {
-                        let message = format!("The zoom failed: {error}");
-                        self.finished(st, call, Some(&planned), Some(&message), timings, None)
-                            .await?;
-                        Ok(CallOutcome::plain(result_for(call, message, true)))
-                    }
-                }
+                self.run_zoom(st, call, *region, planned, timings).await
             }
             ToolRequest::Shell {
                 command,
                 restart,
                 timeout_s,
             } => {
-                self.started(st, call, None).await?;
-                let wait = timeout_s
-                    .filter(|s| s.is_finite() && *s > 0.0)
-                    .map(|s| Duration::from_secs_f64(s.min(MAX_SHELL_WAIT.as_secs_f64())))
-                    .unwrap_or(self.config.shell_timeout)
-                    .min(MAX_SHELL_WAIT);
-                let command = if command.trim().is_empty() {
-                    "true"
-                } else {
-                    command.as_str()
-                };
-                let begun = Instant::now();
-                let result = tokio::select! {
-                    result = self.computer.run_shell(command, wait, *restart) => result,
-                    _ = self.control.wait_cancel() => return Err(Stop::Canceled),
-                };
-                let timings = Timings {
-                    action_ms: millis(begun.elapsed()),
-                    ..timings
-                };
-                let (text, is_error) = match result {
-                    Ok(outcome) => {
-                        let mut text = outcome.output.trim_end().to_string();
-                        if !text.is_empty() {
-                            text.push('\n');
-                        }
-                        match outcome.exit_code {
-                            _ if outcome.still_running => text.push_str(&format!(
-                                "[still running after {} s; it goes on in the background]",
-                                wait.as_secs_f64()
-                            )),
-                            Some(code) => text.push_str(&format!("[exit code {code}]")),
-                            None => text.push_str("[ended without an exit code]"),
-                        }
-                        let failed = !outcome.still_running && outcome.exit_code != Some(0);
-                        (text, failed)
-                    }
-                    Err(error) => (format!("The command could not be run: {error}"), true),
-                };
-                let error = is_error.then(|| text.clone());
-                self.finished(st, call, None, error.as_deref(), timings, None)
-                    .await?;
-                Ok(CallOutcome::plain(result_for(call, text, is_error)))
+                self.run_shell(st, call, command, *restart, *timeout_s, timings)
+                    .await
             }
-            ToolRequest::Edit { command } => {
-                self.started(st, call, None).await?;
-                let begun = Instant::now();
-                let result = tokio::select! {
-                    result = self.computer.edit(command) => result,
-                    _ = self.control.wait_cancel() => return Err(Stop::Canceled),
-                };
-                let timings = Timings {
-                    action_ms: millis(begun.elapsed()),
-                    ..timings
-                };
-                let (text, is_error) = match result {
-                    Ok(outcome) => (outcome.output, false),
-                    Err(error) => (format!("Error: {error}"), true),
-                };
-                let error = is_error.then(|| text.clone());
-                self.finished(st, call, None, error.as_deref(), timings, None)
-                    .await?;
-                Ok(CallOutcome::plain(result_for(call, text, is_error)))
-            }
+            ToolRequest::Edit { command } => self.run_edit(st, call, command, timings).await,
             ToolRequest::WriteFile { path, content, .. } => {
-                self.started(st, call, None).await?;
-                let begun = Instant::now();
-                let result = tokio::select! {
-                    result = self.computer.write_file(path, content) => result,
-                    _ = self.control.wait_cancel() => return Err(Stop::Canceled),
-                };
-                let timings = Timings {
-                    action_ms: millis(begun.elapsed()),
-                    ..timings
-                };
-                let (text, is_error) = match result {
-                    Ok(()) => (format!("Wrote {} bytes to {path}.", content.len()), false),
-                    Err(error) => (format!("Cannot write {path}: {error}"), true),
-                };
-                let error = is_error.then(|| text.clone());
-                self.finished(st, call, None, error.as_deref(), timings, None)
-                    .await?;
-                Ok(CallOutcome::plain(result_for(call, text, is_error)))
+                self.run_write_file(st, call, path, content, timings).await
             }
         }
     }

@@ -40,6 +40,7 @@
 //! - `turn`: one model call, from the request to the recorded turn.
 //! - `calls`: the tool calls of a turn, and what every call shares.
 //! - `desktop`: a desktop call (safety checks, target checks, actions, settling).
+//! - `tools`: the other calls (screenshot, zoom, shell, edit, write file).
 //! - `observe`: screenshots and waiting for the screen to settle.
 //! - `person`: pausing for a takeover, waiting for an answer.
 //! - `checkpointing`: checkpoints, and [`Runner::resume`] from one.
@@ -51,6 +52,7 @@ mod desktop;
 mod observe;
 mod person;
 mod state;
+mod tools;
 mod turn;
 
 use std::convert::Infallible;
