@@ -23,6 +23,9 @@ pub mod connect;
 pub mod driver;
 pub mod sink;
 
+#[cfg(test)]
+mod run_tests;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
