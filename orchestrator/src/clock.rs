@@ -1,12 +1,14 @@
-//! The time as the sandbox lifecycle reads it, behind a trait so tests can move it.
+//! The time as the sandbox lifecycle and the runs read it, behind a trait so tests can move it.
 //!
 //! Every lifecycle decision that depends on the time goes through a [`Clock`]: expiry, idle
 //! limits, the retention of lost records, token expiry, and the readiness wait (its deadline,
 //! how often it looks at the container, the pause between polls). [`SystemClock`] is the one
-//! the server runs with; the tests' manual clock lives in `crate::testing`.
+//! the server runs with; the tests' manual clock lives in `crate::testing`. The runs read it
+//! too: lease expiry times and the timestamps of runs, events and artifacts.
 //!
-//! The periodic loops (`reap_forever`, `heartbeat_forever`, the pool's refill back-off) keep
-//! tokio's timers: tests call one pass at a time instead.
+//! The periodic loops (`reap_forever`, `heartbeat_forever`, the pool's refill back-off, a run's
+//! lease renewal, `resume_forever`, `retain_forever`) keep tokio's timers: tests call one pass
+//! at a time instead, or use a short lease.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -8,16 +8,13 @@ use std::sync::Arc;
 
 use agent::{
     Checkpoint, Computer, ErrorKind, EventSink, ModelSpec, RunConfig, RunEvent, RunStatus, Runner,
-    SandboxdComputer,
 };
-use sandbox_client::SandboxClient;
 
+use super::connect::ConnectError;
 use super::sink::{RunSink, SandboxLink};
 use super::{ActiveRun, Runs};
-use crate::backend::SANDBOXD_PORT;
 use crate::db::{RunRecord, SandboxRecord};
 use crate::sandboxes::CreateSpec;
-use crate::secret::now_ms;
 
 /// Starts driving `run` in its own task. `resume` is `Some(checkpoint)` for a run picked up
 /// after a restart (its checkpoint, if it had one).
@@ -52,7 +49,7 @@ async fn renew_lease(runs: Arc<Runs>, id: String) {
     let every = runs.settings.lease_ttl / 3;
     loop {
         tokio::time::sleep(every).await;
-        let until = now_ms() + runs.lease_ms();
+        let until = runs.clock.now_ms() + runs.lease_ms();
         match runs
             .store
             .renew_run_lease(&id, &runs.lease_owner, until)
@@ -188,7 +185,7 @@ async fn drive(
 
     let (computer, link) = match connect(&runs, &sandbox).await {
         Ok(parts) => parts,
-        Err(message) => return fail(&bare, ErrorKind::SandboxError, message).await,
+        Err(error) => return fail(&bare, ErrorKind::SandboxError, error.to_string()).await,
     };
     let sink = Arc::new(RunSink::new(runs.clone(), &run, active.clone(), Some(link)));
     let model = match ModelSpec::parse(&run.model)
@@ -251,32 +248,20 @@ async fn drive(
     runs.sandboxes.set_control_input(&sandbox.id, true);
 }
 
-/// The computer the loop drives and the sink's link, for a ready sandbox.
+/// The computer the loop drives and the sink's link, for a ready sandbox (through the runs'
+/// [`SandboxConnector`](super::connect::SandboxConnector)).
 async fn connect(
     runs: &Runs,
     sandbox: &SandboxRecord,
-) -> Result<(Arc<dyn Computer>, SandboxLink), String> {
-    let address = sandbox
-        .address
-        .as_deref()
-        .ok_or_else(|| format!("sandbox {} has no address", sandbox.id))?;
-    let base = format!("http://{address}:{SANDBOXD_PORT}");
+) -> Result<(Arc<dyn Computer>, SandboxLink), ConnectError> {
     let key = runs.sandboxes.sandbox_key(sandbox);
-    // One client (and connection pool) for the loop's calls and the outputs copier.
-    let client = SandboxClient::with_config(&base, Some(&key), &SandboxdComputer::client_config())
-        .map_err(|e| format!("sandbox {}: {e}", sandbox.id))?;
-    let computer = SandboxdComputer::from_client(client.clone());
-    let home = client
-        .sandbox_context()
-        .await
-        .map_err(|e| format!("sandbox {}: reading its context: {e}", sandbox.id))?
-        .home_dir;
+    let connection = runs.connector.connect(sandbox, &key).await?;
     Ok((
-        Arc::new(computer),
+        connection.computer,
         SandboxLink {
             sandbox_id: sandbox.id.clone(),
-            client,
-            home,
+            files: connection.files,
+            home: connection.home,
         },
     ))
 }

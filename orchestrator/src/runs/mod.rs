@@ -10,14 +10,21 @@
 //!   without gaps, status moved in the same transaction) and then published to subscribers;
 //!   screenshots and `~/outputs` files go to the artifact store.
 //! - [`artifacts`]: the artifact store (a folder under the data directory).
+//! - [`connect`]: the seam to the sandbox: the computer the loop drives and the files the sink
+//!   copies, for a ready sandbox. With the [`Clock`] the runs read the time from, it is one of
+//!   the [`RunSeams`] the service is built over ([`RunSeams::real`] in the server).
 //!
 //! **Invariants:** only the lease holder writes a run's events, and never after its terminal
 //! status; a run's status only changes through an event; the sandbox's control viewers get
 //! input only while a person holds control (or no run drives it).
 
 pub mod artifacts;
+pub mod connect;
 pub mod driver;
 pub mod sink;
+
+#[cfg(test)]
+mod run_tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -27,13 +34,15 @@ use agent::{Control, ControlError, Limits, ModelOptions, ModelSpec, Phase, Setup
 use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, broadcast, mpsc, watch};
 
+use crate::clock::{Clock, SystemClock};
 use crate::db::Store;
 use crate::db::{
     ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StoreError,
 };
 use crate::sandboxes::{SandboxError, Sandboxes};
-use crate::secret::{new_id, now_ms};
+use crate::secret::new_id;
 use artifacts::{ArtifactError, ArtifactStore};
+use connect::{SandboxConnector, SandboxdConnector};
 
 /// Longest task text, in bytes.
 pub const MAX_TASK_BYTES: usize = 64 * 1024;
@@ -166,11 +175,34 @@ pub(crate) struct StartGate {
     pub(crate) canceled: bool,
 }
 
+/// What the runs reach outside the database and the lifecycle, and the clock they read: the
+/// seams tests put fakes behind (`crate::testing`).
+pub struct RunSeams {
+    /// The computer and the files of a ready sandbox.
+    pub connector: Arc<dyn SandboxConnector>,
+    /// Lease times and the timestamps of records, events and artifacts.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl RunSeams {
+    /// sandboxd's REST API and the system clock.
+    pub fn real() -> Self {
+        Self {
+            connector: Arc::new(SandboxdConnector),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
 /// The runs service. Cheap to share (`Arc`).
 pub struct Runs {
     pub(crate) store: Store,
     pub(crate) sandboxes: Arc<Sandboxes>,
     pub(crate) artifacts: Arc<dyn ArtifactStore>,
+    /// The sandbox side of a run ([`SandboxdConnector`] in the server).
+    pub(crate) connector: Arc<dyn SandboxConnector>,
+    /// The time lease and record times are read from ([`SystemClock`] in the server).
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) models: ModelOptions,
     pub(crate) settings: RunSettings,
     /// `<instance>/<boot id>`: this process, as a lease holder.
@@ -181,10 +213,30 @@ pub struct Runs {
 }
 
 impl Runs {
+    /// The service with sandboxd's REST API and the system clock.
     pub fn new(
         store: Store,
         sandboxes: Arc<Sandboxes>,
         artifacts: Arc<dyn ArtifactStore>,
+        models: ModelOptions,
+        settings: RunSettings,
+    ) -> Arc<Self> {
+        Self::with_seams(
+            store,
+            sandboxes,
+            artifacts,
+            RunSeams::real(),
+            models,
+            settings,
+        )
+    }
+
+    /// The service over the given connector and clock.
+    pub fn with_seams(
+        store: Store,
+        sandboxes: Arc<Sandboxes>,
+        artifacts: Arc<dyn ArtifactStore>,
+        seams: RunSeams,
         mut models: ModelOptions,
         settings: RunSettings,
     ) -> Arc<Self> {
@@ -194,6 +246,8 @@ impl Runs {
             store,
             sandboxes,
             artifacts,
+            connector: seams.connector,
+            clock: seams.clock,
             models,
             settings,
             lease_owner: format!("{instance}/{}", new_id("boot")),
@@ -287,7 +341,7 @@ impl Runs {
                 .get_ready(sandbox_id, Some(owner_key_id))
                 .await?;
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let hash = request.hash();
         let record = RunRecord {
             id: new_id("run"),
@@ -452,7 +506,7 @@ impl Runs {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            match self.purge_expired(now_ms()).await {
+            match self.purge_expired(self.clock.now_ms()).await {
                 Ok(0) => {}
                 Ok(deleted) => tracing::info!(deleted, "ended runs past their retention deleted"),
                 Err(error) => tracing::warn!(%error, "deleting runs past their retention failed"),
@@ -654,7 +708,7 @@ impl Runs {
     /// Picks up runs nobody drives (after a restart, or another process's expired lease) and
     /// drives them from their last checkpoint.
     pub async fn resume_orphans(self: &Arc<Self>) -> Result<usize, RunError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let orphans = self
             .store
             .orphaned_runs(&self.lease_owner, &self.instance_prefix, now)

@@ -13,15 +13,13 @@ use std::time::Duration;
 use agent::{Checkpoint, EventSink, ObservationMeta, RunEvent, SinkError};
 use async_trait::async_trait;
 use bytes::Bytes;
-use sandbox_client::types::FileListRequest;
-use sandbox_client::{ClientError, SandboxClient};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
 use super::artifacts::{MAX_ARTIFACT_BYTES, MAX_OUTPUT_FILES, artifact_name, sniff_content_type};
+use super::connect::{FilesError, SandboxFiles};
 use super::{ActiveRun, Runs};
 use crate::db::{ArtifactRecord, EventRecord, StatusChange};
-use crate::secret::now_ms;
 
 /// The most time the final copy of `~/outputs` may take before the terminal status.
 const FINAL_COPY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,8 +27,8 @@ const FINAL_COPY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The sandbox a run drives, as the sink reaches it.
 pub(crate) struct SandboxLink {
     pub(crate) sandbox_id: String,
-    /// sandboxd's client (the sandbox's own key).
-    pub(crate) client: SandboxClient,
+    /// Its files (through sandboxd, with the sandbox's own key).
+    pub(crate) files: Arc<dyn SandboxFiles>,
     /// The agent's home directory (`~`).
     pub(crate) home: String,
 }
@@ -92,7 +90,7 @@ impl RunSink {
     ) -> Result<i64, SinkError> {
         let kind = event.kind();
         let data = serde_json::to_string(event).map_err(|e| SinkError(e.to_string()))?;
-        let at = now_ms();
+        let at = self.runs.clock.now_ms();
         let store = &self.runs.store;
         let owner = &self.runs.lease_owner;
         let appended = match checkpoint {
@@ -139,30 +137,16 @@ impl RunSink {
         copied: &mut HashMap<String, (u64, Option<String>)>,
     ) {
         let root = format!("{}/outputs", sandbox.home.trim_end_matches('/'));
-        let listing = sandbox
-            .client
-            .file_list(&FileListRequest {
-                path: root.clone(),
-                recursive: Some(true),
-                show_hidden: Some(false),
-                file_types: None,
-                max_depth: Some(4),
-                include_size: Some(true),
-                include_permissions: None,
-                sort_by: None,
-                sort_desc: None,
-            })
-            .await;
-        let listing = match listing {
+        let listing = match sandbox.files.list(&root).await {
             Ok(listing) => listing,
             // No ~/outputs yet.
-            Err(error) if error.status().is_some_and(|s| s.as_u16() == 404) => return,
+            Err(FilesError::NotFound(_)) => return,
             Err(error) => {
                 tracing::debug!(run_id = %self.run_id, %error, "listing ~/outputs failed");
                 return;
             }
         };
-        for file in listing.files {
+        for file in listing {
             if file.is_directory || file.is_symlink {
                 continue;
             }
@@ -191,12 +175,12 @@ impl RunSink {
             }
             // The listed size is the sandbox's word: what it sends is bounded on its own.
             let download = sandbox
-                .client
-                .file_download_at_most(&file.path, MAX_ARTIFACT_BYTES)
+                .files
+                .download_at_most(&file.path, MAX_ARTIFACT_BYTES)
                 .await;
             let bytes = match download {
                 Ok(bytes) => Bytes::from(bytes),
-                Err(error @ ClientError::TooLarge { .. }) => {
+                Err(error @ FilesError::TooLarge(_)) => {
                     tracing::warn!(run_id = %self.run_id, %name, %error, "output grew too large to keep");
                     copied.insert(name, stamp);
                     continue;
@@ -290,7 +274,7 @@ impl RunSink {
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
             content_type: sniff_content_type(&bytes).to_string(),
             sha256: hex::encode(Sha256::digest(&bytes)),
-            created_at: now_ms(),
+            created_at: self.runs.clock.now_ms(),
         };
         self.runs
             .artifacts
