@@ -28,6 +28,7 @@ use chromiumoxide::cdp::browser_protocol::page::{
     StopScreencastParams,
 };
 use futures::StreamExt;
+use supervisor::process::ProcessGroup;
 use tokio::sync::{Mutex, oneshot};
 use tokio::time::Instant;
 
@@ -200,13 +201,8 @@ impl PageRecorder {
         let mut spawned = supervisor::reaper()
             .spawn(&mut command)
             .map_err(spawn_error)?;
-        let pgid = spawned.pid;
-        let kill = move || {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        };
+        let group = ProcessGroup::new(spawned.pid);
+        let kill = move || group.kill();
         let Some(stdin) = spawned.child.stdin.take() else {
             kill();
             return Err(spawn_error(std::io::Error::other("no stdin pipe")));

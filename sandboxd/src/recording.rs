@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
+use supervisor::process::ProcessGroup;
 use supervisor::reaper::ExitStatus;
 use tokio::sync::watch;
 
@@ -579,7 +580,7 @@ impl Drop for Recorder {
         if let Slot::Active(active) = self.slot.get_mut()
             && active.exited().is_none()
         {
-            supervisor::process::signal_group(active.pgid, Signal::SIGKILL);
+            ProcessGroup::new(active.pgid).kill();
         }
     }
 }
@@ -597,7 +598,7 @@ async fn interrupt_then_kill(
     mut exit: watch::Receiver<Option<ExitStatus>>,
     killed: &std::sync::atomic::AtomicBool,
 ) {
-    supervisor::process::signal_group(pgid, Signal::SIGINT);
+    ProcessGroup::new(pgid).signal(Signal::SIGINT);
     if tokio::time::timeout(STOP_WAIT, exit.wait_for(Option::is_some))
         .await
         .is_err()
@@ -607,7 +608,7 @@ async fn interrupt_then_kill(
             "ffmpeg did not finish the recording in time; killing its group"
         );
         killed.store(true, std::sync::atomic::Ordering::SeqCst);
-        supervisor::process::signal_group(pgid, Signal::SIGKILL);
+        ProcessGroup::new(pgid).kill();
         let _ = exit.wait_for(Option::is_some).await;
     }
 }

@@ -491,7 +491,7 @@ async fn shut_down(session: &Session) {
     // end (with "the kernel died") and let go.
     let pgid = session.pgid.swap(0, Ordering::AcqRel);
     if pgid > 0 {
-        kernel::kill_group(pgid);
+        supervisor::process::ProcessGroup::new(pgid).kill();
     }
     let mut slot = session.kernel.lock().await;
     if let Some(mut k) = slot.take() {

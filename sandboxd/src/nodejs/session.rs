@@ -19,7 +19,8 @@ use tokio::process::ChildStdin;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
-use super::{NodeConfig, NodeError, RunResult, kill_group};
+use super::{NodeConfig, NodeError, RunResult};
+use supervisor::process::ProcessGroup;
 use crate::jupyter::Output;
 
 const DRIVER: &str = include_str!("driver.js");
@@ -205,7 +206,7 @@ impl NodeSessions {
         let (stdin, stdout) = match pipes {
             Ok(pipes) => pipes,
             Err(e) => {
-                kill_group(pgid);
+                ProcessGroup::new(pgid).kill();
                 return Err(NodeError::Runtime(format!("node's pipes: {e}")));
             }
         };
@@ -222,7 +223,7 @@ impl NodeSessions {
         })
         .await;
         if ready != Ok(true) {
-            kill_group(pgid);
+            ProcessGroup::new(pgid).kill();
             return Err(NodeError::SessionDied(
                 "node did not start the session".into(),
             ));
@@ -303,7 +304,7 @@ impl NodeSessions {
             // Timed out or died: the state is gone, and so is the process group.
             let pgid = process.pgid;
             *slot = None;
-            kill_group(pgid);
+            ProcessGroup::new(pgid).kill();
             session.pgid.store(0, std::sync::atomic::Ordering::Release);
             let (status, message) = if written.is_ok() {
                 (
@@ -415,7 +416,7 @@ impl NodeSessions {
 async fn end(session: &Session) {
     let pgid = session.pgid.swap(0, std::sync::atomic::Ordering::AcqRel);
     if pgid > 0 {
-        kill_group(pgid);
+        ProcessGroup::new(pgid).kill();
     }
     session.process.lock().await.take();
 }
