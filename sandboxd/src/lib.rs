@@ -17,6 +17,7 @@
 //! - [`browser`]: the browser capability (Chromium over CDP) behind `/v1/browser/...`.
 //! - [`jupyter`]: Python code on IPython kernels, in sessions.
 //! - [`nodejs`]: JavaScript on Node, stateless runs and sessions.
+//! - [`code_sessions`]: the session table `jupyter` and `nodejs` share (limit, idle expiry).
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`vnc`]: the VNC server's passwords and the RFB handshakes behind `/vnc/websockify`.
 //! - [`tickets`]: single-use tickets and viewer sessions for browsers.
@@ -31,6 +32,7 @@ pub const WORKER_STACK_BYTES: usize = 512 * 1024;
 pub mod activity;
 pub mod api;
 pub mod browser;
+pub mod code_sessions;
 pub mod config;
 pub mod desktop_session;
 pub mod files;
