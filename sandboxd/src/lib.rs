@@ -24,6 +24,7 @@
 //! - [`skills`]: the agent's skills directory (`SKILL.md` directories) behind `/v1/skills`.
 //! - [`hooks`]: shell commands run at shutdown, before the programs stop.
 //! - [`page_recording`]: one tab's screencast (CDP frames) to MP4 through ffmpeg.
+//! - [`ffmpeg`]: the ffmpeg child both recorders run, and the one way it is stopped.
 
 /// The stack of each async runtime worker (and blocking thread). Small, for memory: anything
 /// that recurses deeply runs on a thread of its own (see `api::openapi_json`).
@@ -35,6 +36,7 @@ pub mod browser;
 pub mod code_sessions;
 pub mod config;
 pub mod desktop_session;
+pub mod ffmpeg;
 pub mod files;
 pub mod home;
 pub mod hooks;
