@@ -319,10 +319,7 @@ impl Hooks {
             Ok(Err(_)) => Outcome::Exited(-1),
             Err(_) => {
                 // The whole group: the command's children too.
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(spawned.pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
+                supervisor::process::ProcessGroup::new(spawned.pid).kill();
                 Outcome::TimedOut
             }
         }

@@ -19,12 +19,14 @@
 //! - [`browser`]: the browser capability (Chromium over CDP) behind `/v1/browser/...`.
 //! - [`jupyter`]: Python code on IPython kernels, in sessions.
 //! - [`nodejs`]: JavaScript on Node, stateless runs and sessions.
+//! - [`code_sessions`]: the session table `jupyter` and `nodejs` share (limit, idle expiry).
 //! - [`system_info`]: facts about the sandbox for `GET /v1/sandbox`.
 //! - [`vnc`]: the VNC server's passwords and the RFB handshakes behind `/vnc/websockify`.
 //! - [`tickets`]: single-use tickets and viewer sessions for browsers.
 //! - [`skills`]: the agent's skills directory (`SKILL.md` directories) behind `/v1/skills`.
 //! - [`hooks`]: shell commands run at shutdown, before the programs stop.
 //! - [`page_recording`]: one tab's screencast (CDP frames) to MP4 through ffmpeg.
+//! - [`ffmpeg`]: the ffmpeg child both recorders run, and the one way it is stopped.
 
 /// The stack of each async runtime worker (and blocking thread). Small, for memory: anything
 /// that recurses deeply runs on a thread of its own (see `api::openapi_json`).
@@ -33,8 +35,10 @@ pub const WORKER_STACK_BYTES: usize = 512 * 1024;
 pub mod activity;
 pub mod api;
 pub mod browser;
+pub mod code_sessions;
 pub mod config;
 pub mod desktop_session;
+pub mod ffmpeg;
 pub mod files;
 pub mod home;
 pub mod hooks;

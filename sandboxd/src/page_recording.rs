@@ -4,17 +4,17 @@
 //!
 //! One recording at a time, on the tab active when it starts. Chromium sends a frame only when
 //! the page repaints, so a ticker feeds ffmpeg the latest frame at the recording's rate (a still
-//! page still makes a video of the right length); paused, nothing is fed. ffmpeg (spawned
-//! through the reaper, in its own process group) writes H.264 in fragmented MP4 to its standard
-//! output, which is the file the caller opened through the file confinement.
+//! page still makes a video of the right length); paused, nothing is fed. ffmpeg (an
+//! [`FfmpegJob`]: through the reaper, in its own process group) writes H.264 in fragmented MP4
+//! to its standard output, which is the file the caller opened through the file confinement.
 //!
 //! Every recording is bounded: it stops by itself after `max_duration`, ffmpeg stops at the
-//! file size limit (`-fs`), and a stop that ffmpeg does not finish within [`STOP_WAIT`] kills
-//! its group. [`PageRecorder::shutdown`] stops a recording when sandboxd exits.
+//! file size limit (`-fs`). A stop ends ffmpeg's input (its stdin closed once the queued frames
+//! are written) and stops the job as the display recorder does (SIGINT: ffmpeg finishes the
+//! file; its group killed if it has not within [`STOP_WAIT`]). [`PageRecorder::shutdown`] stops
+//! a recording when sandboxd exits.
 
 use std::io::Write;
-use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -28,11 +28,12 @@ use chromiumoxide::cdp::browser_protocol::page::{
     StopScreencastParams,
 };
 use futures::StreamExt;
+use supervisor::reaper::ExitStatus;
 use tokio::sync::{Mutex, oneshot};
 use tokio::time::Instant;
 
-/// How long a stop waits for ffmpeg to finish the file before killing its group.
-pub const STOP_WAIT: Duration = Duration::from_secs(10);
+pub use crate::ffmpeg::STOP_WAIT;
+use crate::ffmpeg::{FfmpegJob, Spawned};
 /// Frames queued for ffmpeg at most; a frame that finds the queue full is dropped.
 const QUEUE: usize = 8;
 
@@ -189,26 +190,15 @@ impl PageRecorder {
             program: self.program.clone(),
             source,
         };
-        let stdout = file.as_fd().try_clone_to_owned().map_err(spawn_error)?;
         let mut command = Command::new(&self.program);
         command
             .args(ffmpeg_args(options, self.limits.max_file_bytes))
             .stdin(Stdio::piped())
-            .stdout(Stdio::from(stdout))
-            .stderr(Stdio::null())
-            .process_group(0);
-        let mut spawned = supervisor::reaper()
-            .spawn(&mut command)
-            .map_err(spawn_error)?;
-        let pgid = spawned.pid;
-        let kill = move || {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(pgid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        };
-        let Some(stdin) = spawned.child.stdin.take() else {
-            kill();
+            .stderr(Stdio::null());
+        // Until the recording's task has it, a return drops the job, which kills ffmpeg.
+        let Spawned { job, stdin, .. } =
+            FfmpegJob::spawn(&mut command, &file).map_err(spawn_error)?;
+        let Some(stdin) = stdin else {
             return Err(spawn_error(std::io::Error::other("no stdin pipe")));
         };
         // The frames' writer: a thread, as the pipe is a blocking std handle.
@@ -224,22 +214,17 @@ impl PageRecorder {
                 }
             });
         if let Err(error) = writer {
-            kill();
             return Err(spawn_error(error));
         }
         let frames_listener = match page.event_listener::<EventScreencastFrame>().await {
             Ok(listener) => listener,
-            Err(error) => {
-                kill();
-                return Err(crate::browser::BrowserError::from(error).into());
-            }
+            Err(error) => return Err(crate::browser::BrowserError::from(error).into()),
         };
         let params = StartScreencastParams::builder()
             .format(StartScreencastFormat::Jpeg)
             .quality(i64::from(options.quality))
             .build();
         if let Err(error) = page.execute(params).await {
-            kill();
             return Err(crate::browser::BrowserError::from(error).into());
         }
         let paused = Arc::new(AtomicBool::new(false));
@@ -252,8 +237,7 @@ impl PageRecorder {
             paused: paused.clone(),
             frames: frames.clone(),
             frames_tx,
-            exit: spawned.exit,
-            kill: Box::new(kill),
+            job,
         };
         tokio::spawn(async move {
             let ending = run.feed(frames_listener, stop_rx).await;
@@ -380,8 +364,7 @@ struct Run {
     paused: Arc<AtomicBool>,
     frames: Arc<AtomicU64>,
     frames_tx: std::sync::mpsc::SyncSender<Arc<Vec<u8>>>,
-    exit: oneshot::Receiver<supervisor::reaper::ExitStatus>,
-    kill: Box<dyn Fn() + Send>,
+    job: FfmpegJob,
 }
 
 impl Run {
@@ -396,8 +379,7 @@ impl Run {
             paused,
             frames,
             frames_tx,
-            mut exit,
-            kill,
+            job,
         } = self;
         let deadline = Instant::now() + options.max_duration;
         let mut ticker =
@@ -412,12 +394,12 @@ impl Run {
                     ending = "limit_reached".into();
                     break;
                 }
-                status = &mut exit => {
+                status = job.wait() => {
                     // ffmpeg exits by itself at the size limit.
-                    ending = match status {
-                        Ok(s) if s.success() => "limit_reached".into(),
-                        Ok(s) => format!("failed: ffmpeg exited with {s}"),
-                        Err(_) => "failed: ffmpeg was lost".into(),
+                    ending = if status.success() {
+                        "limit_reached".into()
+                    } else {
+                        format!("failed: ffmpeg exited with {status}")
                     };
                     let _ = page.execute(StopScreencastParams::default()).await;
                     return ending;
@@ -446,16 +428,14 @@ impl Run {
             }
         }
         let _ = page.execute(StopScreencastParams::default()).await;
-        // Closing the pipe ends ffmpeg's input: it finishes the file and exits.
+        // The writer writes the frames still queued, then closes ffmpeg's input.
         drop(frames_tx);
-        match tokio::time::timeout(STOP_WAIT, &mut exit).await {
-            Ok(Ok(status)) if status.success() => ending,
-            Ok(Ok(status)) => format!("failed: ffmpeg exited with {status}"),
-            Ok(Err(_)) => "failed: ffmpeg was lost".into(),
-            Err(_) => {
-                kill();
-                "failed: ffmpeg did not finish in time and was killed".into()
-            }
+        let status = job.stop().await;
+        match status {
+            _ if job.killed() => "failed: ffmpeg did not finish in time and was killed".into(),
+            // 255: ffmpeg's exit after the SIGINT of a stop, the file finished.
+            ExitStatus::Code(0 | 255) => ending,
+            _ => format!("failed: ffmpeg exited with {status}"),
         }
     }
 }

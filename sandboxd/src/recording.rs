@@ -1,15 +1,16 @@
 //! Screen recording: the X desktop as an MP4 video, made by ffmpeg's `x11grab`.
 //!
-//! One recording at a time. [`Recorder::start`] spawns ffmpeg through the reaper in a process
-//! group of its own, writing H.264 in fragmented MP4 to its standard output, which is the file
-//! the caller opened (the API opens it through the file confinement, so ffmpeg never opens a
-//! caller's path itself). Fragmented MP4 needs no seek back to the start, and a recording cut
-//! short (ffmpeg killed) still plays up to its last fragment (one every two seconds).
+//! One recording at a time. [`Recorder::start`] starts ffmpeg as an [`FfmpegJob`] (through the
+//! reaper, in a process group of its own), writing H.264 in fragmented MP4 to its standard
+//! output, which is the file the caller opened (the API opens it through the file confinement,
+//! so ffmpeg never opens a caller's path itself). Fragmented MP4 needs no seek back to the start,
+//! and a recording cut short (ffmpeg killed) still plays up to its last fragment (one every two
+//! seconds).
 //!
 //! Every recording is bounded: ffmpeg stops by itself after `max_duration` (`-t`) or once the
-//! file reaches the size limit (`-fs`); a watchdog kills its group if it outlives the duration by
-//! [`WATCHDOG_GRACE`]. [`Recorder::stop`] sends SIGINT (ffmpeg then finishes the file) and kills
-//! the group if ffmpeg has not exited within [`STOP_WAIT`]; [`Recorder::shutdown`] does the same
+//! file reaches the size limit (`-fs`); a watchdog stops it if it outlives the duration by
+//! [`WATCHDOG_GRACE`]. [`Recorder::stop`] stops the job (SIGINT: ffmpeg finishes the file; its
+//! group killed if it has not exited within [`STOP_WAIT`]); [`Recorder::shutdown`] does the same
 //! when sandboxd exits.
 //!
 //! ffmpeg reports its progress (`-progress pipe:2`) on standard error, read by a thread that
@@ -17,22 +18,20 @@
 //! report (or ffmpeg's exit) so that a recording that cannot start fails the call.
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use supervisor::reaper::ExitStatus;
 use tokio::sync::watch;
 
+pub use crate::ffmpeg::STOP_WAIT;
+use crate::ffmpeg::{FfmpegJob, Spawned};
+
 /// How long a start waits for ffmpeg's first progress report before answering anyway.
 pub const START_WAIT: Duration = Duration::from_secs(5);
-/// How long a stop waits for ffmpeg to finish the file after SIGINT before killing its group.
-pub const STOP_WAIT: Duration = Duration::from_secs(10);
-/// How long ffmpeg may run past its `max_duration` before the watchdog kills its group.
+/// How long ffmpeg may run past its `max_duration` before the watchdog stops it.
 pub const WATCHDOG_GRACE: Duration = Duration::from_secs(15);
 /// Error lines of ffmpeg's kept for messages (the last ones).
 const ERROR_LINES: usize = 8;
@@ -195,24 +194,18 @@ impl Progress {
 
 /// The recording in progress.
 struct Active {
-    pgid: i32,
+    job: FfmpegJob,
     path: PathBuf,
     started: Instant,
     options: Options,
     /// The output file, for its size.
     file: std::fs::File,
     progress: Arc<Mutex<Progress>>,
-    /// ffmpeg's exit status once reaped.
-    exit: watch::Receiver<Option<ExitStatus>>,
-    /// Set by a stop or the watchdog before they signal ffmpeg.
-    stop_requested: Arc<std::sync::atomic::AtomicBool>,
-    /// Set by the watchdog when it had to kill the group.
-    killed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Active {
     fn exited(&self) -> Option<ExitStatus> {
-        *self.exit.borrow()
+        self.job.exited()
     }
 
     fn report(&self, status: Status, ending: Option<Ending>) -> Report {
@@ -231,12 +224,11 @@ impl Active {
 
     /// How it ended, once ffmpeg has exited with `status`.
     fn ending(&self, status: ExitStatus) -> Ending {
-        use std::sync::atomic::Ordering;
-        if self.killed.load(Ordering::SeqCst) {
+        if self.job.killed() {
             return Ending::Killed;
         }
         let progress = lock(&self.progress);
-        let stopped = self.stop_requested.load(Ordering::SeqCst);
+        let stopped = self.job.stop_requested();
         match status {
             ExitStatus::Code(0) if stopped => Ending::Stopped,
             ExitStatus::Code(0) => Ending::LimitReached,
@@ -418,33 +410,20 @@ impl Recorder {
             });
         }
         self.settle(&mut slot);
-        let stdout = file
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|source| RecordError::Spawn {
-                program: self.program.clone(),
-                source,
-            })?;
         let mut command = Command::new(&self.program);
         command
             .args(self.args(&options))
             .env("DISPLAY", &self.display)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(stdout))
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let spawned =
-            supervisor::reaper()
-                .spawn(&mut command)
-                .map_err(|source| RecordError::Spawn {
-                    program: self.program.clone(),
-                    source,
-                })?;
-        let pgid = spawned.pid;
-        let mut child = spawned.child;
+            .stderr(Stdio::piped());
+        let Spawned { job, stderr, .. } =
+            FfmpegJob::spawn(&mut command, &file).map_err(|source| RecordError::Spawn {
+                program: self.program.clone(),
+                source,
+            })?;
         let progress = Arc::new(Mutex::new(Progress::default()));
         let (reports_tx, mut reports) = watch::channel(0u64);
-        if let Some(stderr) = child.stderr.take() {
+        if let Some(stderr) = stderr {
             let progress = progress.clone();
             let spawned = std::thread::Builder::new()
                 .name("ffmpeg-progress".into())
@@ -454,30 +433,20 @@ impl Recorder {
                 tracing::warn!(%error, "cannot read ffmpeg's progress");
             }
         }
-        let (exit_tx, exit) = watch::channel(None);
-        let waiter = spawned.exit;
-        tokio::spawn(async move {
-            let status = waiter.await.ok();
-            let _ = exit_tx.send(status.or(Some(ExitStatus::Code(-1))));
-        });
         let active = Active {
-            pgid,
+            job,
             path,
             started: Instant::now(),
             options,
             file,
             progress,
-            exit,
-            stop_requested: Arc::default(),
-            killed: Arc::default(),
         };
         // The first progress report means ffmpeg has the display and encodes; an early exit
         // means it could not.
-        let mut exit = active.exit.clone();
         let _ = tokio::time::timeout(START_WAIT, async {
             tokio::select! {
                 _ = reports.changed() => {}
-                _ = exit.wait_for(Option::is_some) => {}
+                _ = active.job.wait() => {}
             }
         })
         .await;
@@ -492,10 +461,10 @@ impl Recorder {
                 message,
             });
         }
-        watchdog(&active, options.max_duration + WATCHDOG_GRACE);
+        active.job.watchdog(options.max_duration + WATCHDOG_GRACE);
         tracing::info!(
             path = %active.path.display(),
-            pid = pgid,
+            pid = active.job.pid(),
             fps = options.fps,
             width = options.width,
             height = options.height,
@@ -514,7 +483,7 @@ impl Recorder {
         if let Slot::Active(active) = &*slot
             && active.exited().is_none()
         {
-            finish(active).await;
+            active.job.stop().await;
         }
         self.settle(&mut slot);
         match &*slot {
@@ -548,7 +517,7 @@ impl Recorder {
             && active.exited().is_none()
         {
             tracing::info!(path = %active.path.display(), "stopping the recording: sandboxd is exiting");
-            finish(active).await;
+            active.job.stop().await;
         }
     }
 
@@ -572,65 +541,6 @@ impl Recorder {
         );
         *slot = Slot::Ended(report);
     }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if let Slot::Active(active) = self.slot.get_mut()
-            && active.exited().is_none()
-        {
-            supervisor::process::signal_group(active.pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-/// SIGINT (ffmpeg finishes the file), then SIGKILL to the group after [`STOP_WAIT`].
-async fn finish(active: &Active) {
-    active
-        .stop_requested
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    interrupt_then_kill(active.pgid, active.exit.clone(), &active.killed).await;
-}
-
-async fn interrupt_then_kill(
-    pgid: i32,
-    mut exit: watch::Receiver<Option<ExitStatus>>,
-    killed: &std::sync::atomic::AtomicBool,
-) {
-    supervisor::process::signal_group(pgid, Signal::SIGINT);
-    if tokio::time::timeout(STOP_WAIT, exit.wait_for(Option::is_some))
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            pgid,
-            "ffmpeg did not finish the recording in time; killing its group"
-        );
-        killed.store(true, std::sync::atomic::Ordering::SeqCst);
-        supervisor::process::signal_group(pgid, Signal::SIGKILL);
-        let _ = exit.wait_for(Option::is_some).await;
-    }
-}
-
-/// Ends the recording if ffmpeg is still running `limit` after it started.
-fn watchdog(active: &Active, limit: Duration) {
-    let pgid = active.pgid;
-    let mut exit = active.exit.clone();
-    let killed = active.killed.clone();
-    tokio::spawn(async move {
-        if tokio::time::timeout(limit, exit.wait_for(Option::is_some))
-            .await
-            .is_ok()
-        {
-            return;
-        }
-        tracing::warn!(
-            pgid,
-            limit_secs = limit.as_secs_f64(),
-            "ffmpeg outlived its max_duration; stopping it"
-        );
-        interrupt_then_kill(pgid, exit, &killed).await;
-    });
 }
 
 fn read_progress(

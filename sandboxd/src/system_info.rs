@@ -351,7 +351,7 @@ pub(crate) async fn run_for_output(
         Ok((text, Some(status))) if status.success() => text,
         Ok(_) => None,
         Err(_) => {
-            supervisor::process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+            supervisor::process::ProcessGroup::new(pid).kill();
             None
         }
     }

@@ -17,7 +17,8 @@
 //! - [`spec`]: the TOML configuration, validation, variable expansion, dependency order.
 //! - [`supervisor`]: the state machine task and the [`Supervisor`] handle.
 //! - [`reaper`]: the process-wide child reaper; every spawn goes through it.
-//! - [`process`]: building a program's command (identity, session) and signalling groups.
+//! - [`process`]: building a program's command (identity, session) and [`process::ProcessGroup`],
+//!   the one way to signal or kill a process group.
 //! - [`probe`]: readiness probes.
 //! - [`logs`]: rotating log files and output pumping.
 

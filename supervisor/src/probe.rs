@@ -104,12 +104,12 @@ async fn exec(argv: &[String]) -> Result<(), String> {
         .spawn(&mut command)
         .map_err(|e| format!("exec probe {program}: {e}"))?;
     // If the probe is cancelled by its timeout, kill the probe's process group.
-    let guard = KillGroupOnDrop(child.pid);
+    let group = crate::process::ProcessGroup::kill_on_drop(child.pid);
     let status = child
         .exit
         .await
         .map_err(|_| "exec probe: reaper went away".to_string())?;
-    std::mem::forget(guard);
+    group.release();
     if status.success() {
         Ok(())
     } else {
@@ -118,15 +118,6 @@ async fn exec(argv: &[String]) -> Result<(), String> {
 }
 
 use std::os::unix::process::CommandExt;
-
-/// Kills a process group when dropped (used to clean up a cancelled probe).
-struct KillGroupOnDrop(i32);
-
-impl Drop for KillGroupOnDrop {
-    fn drop(&mut self) {
-        crate::process::signal_group(self.0, nix::sys::signal::Signal::SIGKILL);
-    }
-}
 
 #[cfg(test)]
 mod tests {

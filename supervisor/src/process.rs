@@ -127,20 +127,86 @@ pub fn new_session(command: &mut Command) {
     }
 }
 
-/// Sends `signal` to the process group `pgid`. A group that no longer exists is not an error.
-pub fn signal_group(pgid: i32, signal: Signal) {
-    if pgid <= 1 {
-        return; // never signal "every process" or init's group by accident
+/// A process group, named by its id (the pid of the process that leads it): the one way the
+/// workspace signals and kills a group of processes. A group that no longer exists
+/// is never an error, and ids 0 and 1 (the caller's own group, init's) are never signalled.
+///
+/// Made with [`ProcessGroup::new`] it only names the group; made with
+/// [`ProcessGroup::kill_on_drop`] it owns it: dropping it kills the group (SIGKILL), unless
+/// [`ProcessGroup::release`] let go of it first.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    pgid: i32,
+    kill_on_drop: bool,
+}
+
+impl ProcessGroup {
+    /// The group `pgid`, left as it is when this value is dropped.
+    pub fn new(pgid: i32) -> Self {
+        Self {
+            pgid,
+            kill_on_drop: false,
+        }
     }
-    match killpg(Pid::from_raw(pgid), signal) {
-        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-        Err(error) => tracing::warn!(pgid, %signal, %error, "cannot signal process group"),
+
+    /// The group `pgid`, killed when this value is dropped (unless released).
+    pub fn kill_on_drop(pgid: i32) -> Self {
+        Self {
+            pgid,
+            kill_on_drop: true,
+        }
+    }
+
+    /// The group's id.
+    pub fn id(&self) -> i32 {
+        self.pgid
+    }
+
+    /// Lets go of the group without killing it; returns its id.
+    pub fn release(mut self) -> i32 {
+        self.kill_on_drop = false;
+        self.pgid
+    }
+
+    /// Sends `signal` to every process of the group: `Ok(true)` when it was sent, `Ok(false)`
+    /// when there is no such group (gone already), an error otherwise (`EPERM`).
+    pub fn send(&self, signal: Signal) -> nix::Result<bool> {
+        if self.pgid <= 1 {
+            return Ok(false); // never signal "every process", our own group or init's by accident
+        }
+        match killpg(Pid::from_raw(self.pgid), signal) {
+            Ok(()) => Ok(true),
+            Err(nix::errno::Errno::ESRCH) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Sends `signal` to the group; a group that no longer exists is not an error, and any
+    /// other failure is logged.
+    pub fn signal(&self, signal: Signal) {
+        if let Err(error) = self.send(signal) {
+            tracing::warn!(pgid = self.pgid, %signal, %error, "cannot signal process group");
+        }
+    }
+
+    /// Kills the group (SIGKILL).
+    pub fn kill(&self) {
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if self.kill_on_drop {
+            self.kill();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn root_resolves_and_unknown_users_are_named() {
@@ -152,5 +218,52 @@ mod tests {
         }
         let err = Identity::resolve("no-such-user-xyz", None).unwrap_err();
         assert!(err.to_string().contains("no-such-user-xyz"));
+    }
+
+    /// A process in a group of its own that ignores SIGTERM.
+    fn stubborn_group() -> crate::reaper::SpawnedChild {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", "trap '' TERM; exec sleep 30"])
+            .process_group(0);
+        crate::reaper().spawn(&mut command).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_group_that_ignores_a_signal_is_killed_and_then_gone() {
+        let child = stubborn_group();
+        // Time for the shell to ignore SIGTERM before it is sent.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let group = ProcessGroup::new(child.pid);
+        group.signal(Signal::SIGTERM);
+        let mut exit = child.exit;
+        let still_there = tokio::time::timeout(Duration::from_millis(200), &mut exit).await;
+        assert!(still_there.is_err());
+        group.kill();
+        let status = tokio::time::timeout(Duration::from_secs(5), exit)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.as_shell_code(), 137);
+        // Its only member reaped, the group is gone: not an error.
+        assert_eq!(group.send(Signal::SIGTERM), Ok(false));
+        group.signal(Signal::SIGTERM);
+    }
+
+    #[tokio::test]
+    async fn an_owned_group_is_killed_when_dropped_unless_released() {
+        let child = stubborn_group();
+        let released = ProcessGroup::kill_on_drop(child.pid).release();
+        assert_eq!(released, child.pid);
+        assert_eq!(ProcessGroup::new(child.pid).send(Signal::SIGCONT), Ok(true));
+        drop(ProcessGroup::kill_on_drop(child.pid));
+        let status = tokio::time::timeout(Duration::from_secs(5), child.exit)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.as_shell_code(), 137);
+        // Never init's group nor our own.
+        assert_eq!(ProcessGroup::new(0).send(Signal::SIGCONT), Ok(false));
+        assert_eq!(ProcessGroup::new(1).send(Signal::SIGCONT), Ok(false));
     }
 }

@@ -21,7 +21,7 @@ use tokio::task::AbortHandle;
 
 use crate::logs::{RotatingLog, Stream, pump_lines};
 use crate::probe::probe_once;
-use crate::process::{Identity, IdentityError, build_command, signal_group};
+use crate::process::{Identity, IdentityError, ProcessGroup, build_command};
 use crate::reaper::{ExitStatus, reaper};
 use crate::spec::{ConfigError, ProgramSpec, RestartPolicy, SupervisorConfig};
 
@@ -472,7 +472,7 @@ impl Engine {
                     && let Some(pid) = program.pid
                 {
                     tracing::warn!(program = %program.name, pid, "did not stop within stop_wait; killing its process group");
-                    signal_group(pid, Signal::SIGKILL);
+                    ProcessGroup::new(pid).kill();
                 }
             }
             Event::Control {
@@ -559,7 +559,7 @@ impl Engine {
         let stop_reason = program.stop_reason.take();
         if let Some(pid) = program.pid.take() {
             // Leave nothing of its tree behind: helpers it started share its process group.
-            signal_group(pid, Signal::SIGKILL);
+            ProcessGroup::new(pid).kill();
         }
         program.cancel_tasks();
         program.last_exit = Some(status);
@@ -626,7 +626,7 @@ impl Engine {
         // Validation proved the signal parses; fall back to SIGTERM rather than panic.
         let signal = program.spec.stop_signal().unwrap_or(Signal::SIGTERM);
         tracing::info!(program = %program.name, pid, %signal, ?reason, "stopping");
-        signal_group(pid, signal);
+        ProcessGroup::new(pid).signal(signal);
         let generation = program.generation;
         let wait = program.spec.stop_wait();
         self.after(index, wait, Event::StopTimeout { index, generation });

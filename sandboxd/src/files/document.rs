@@ -212,7 +212,7 @@ async fn run_tool(
             "cannot run {program} (Poppler's utilities, Debian's poppler-utils): {e}"
         ))
     })?;
-    let pid = spawned.pid;
+    let group = supervisor::process::ProcessGroup::new(spawned.pid);
     let mut child = spawned.child;
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let reading = tokio::task::spawn_blocking(move || {
@@ -226,7 +226,7 @@ async fn run_tool(
         }
         (out, err)
     });
-    let kill = || supervisor::process::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
+    let kill = || group.kill();
     let finished = tokio::time::timeout(TOOL_LIMIT, async {
         let (out, err) = reading.await.unwrap_or_default();
         if out.len() as u64 > MAX_TOOL_OUTPUT {

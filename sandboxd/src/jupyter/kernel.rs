@@ -16,9 +16,10 @@ use jupyter_protocol::{
     ConnectionInfo, ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent,
     KernelInfoRequest, ReplyStatus, Transport,
 };
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::os::unix::process::CommandExt;
+use supervisor::process::ProcessGroup;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -165,13 +166,13 @@ impl Kernel {
         let (iopub, shell) = match tokio::time::timeout(START_TIMEOUT, connect).await {
             Ok(Ok(sockets)) => sockets,
             Ok(Err(e)) => {
-                kill_group(pgid);
+                ProcessGroup::new(pgid).kill();
                 return Err(JupyterError::Protocol(format!(
                     "connecting to the kernel: {e}"
                 )));
             }
             Err(_) => {
-                kill_group(pgid);
+                ProcessGroup::new(pgid).kill();
                 return Err(JupyterError::StartTimeout(START_TIMEOUT));
             }
         };
@@ -351,7 +352,7 @@ impl Kernel {
 
     /// Kills the kernel's whole process group and removes its sockets.
     pub fn kill(&mut self) {
-        kill_group(self.child_pgid);
+        ProcessGroup::new(self.child_pgid).kill();
         for task in self.tasks.drain(..) {
             task.abort();
         }
@@ -364,13 +365,6 @@ impl Kernel {
 impl Drop for Kernel {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-pub(crate) fn kill_group(pgid: i32) {
-    match killpg(Pid::from_raw(pgid), Signal::SIGKILL) {
-        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-        Err(e) => tracing::warn!(error = %e, pgid, "killing the kernel's process group"),
     }
 }
 

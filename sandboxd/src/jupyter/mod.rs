@@ -10,15 +10,13 @@
 
 pub mod kernel;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use tokio::sync::Mutex;
-use tokio::time::Instant;
+
+use crate::code_sessions::{CodeSession, Full, SessionProcess, SessionTable};
 
 pub use kernel::{Execution, Kernel, LaunchSpec};
 
@@ -171,29 +169,22 @@ pub struct SessionSummary {
     pub age: Duration,
 }
 
-struct Session {
+/// What a Jupyter session keeps of its own.
+struct SessionMeta {
     kernel_name: String,
     cwd: PathBuf,
-    created: Instant,
-    last_used: StdMutex<(Instant, SystemTime)>,
-    kernel: Mutex<Option<Kernel>>,
-    /// The running kernel's process group (0: none), readable without the kernel's lock so
-    /// that a delete can stop an execution in flight.
-    pgid: AtomicI32,
 }
 
-impl Session {
-    fn touch(&self) {
-        if let Ok(mut t) = self.last_used.lock() {
-            *t = (Instant::now(), SystemTime::now());
-        }
-    }
+type Session = CodeSession<SessionMeta, Kernel>;
 
-    fn idle_for(&self) -> Duration {
-        self.last_used
-            .lock()
-            .map_or(Duration::ZERO, |t| t.0.elapsed())
+impl SessionProcess for Kernel {
+    fn pgid(&self) -> i32 {
+        Kernel::pgid(self)
     }
+}
+
+fn too_many(Full(max): Full) -> JupyterError {
+    JupyterError::TooManySessions(max)
 }
 
 /// A request to run code.
@@ -217,7 +208,7 @@ pub struct ExecuteOutcome {
 /// The Jupyter sessions of this sandbox.
 pub struct Jupyter {
     config: JupyterConfig,
-    sessions: StdMutex<HashMap<String, Arc<Session>>>,
+    sessions: Arc<SessionTable<SessionMeta, Kernel>>,
     kernels: Vec<String>,
 }
 
@@ -225,8 +216,8 @@ impl Jupyter {
     pub fn new(config: JupyterConfig) -> Self {
         let kernels = kernel_names(&config.python);
         Self {
+            sessions: Arc::new(SessionTable::new(config.max_sessions)),
             config,
-            sessions: StdMutex::new(HashMap::new()),
             kernels,
         }
     }
@@ -252,12 +243,6 @@ impl Jupyter {
         }
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        // A poisoned map only means a panic elsewhere while holding it; the map itself is
-        // always consistent (every update is a single insert or remove).
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Creates a session and starts its kernel.
     pub async fn create(
         &self,
@@ -267,45 +252,27 @@ impl Jupyter {
     ) -> Result<(String, String), JupyterError> {
         let kernel_name = self.check_kernel(kernel_name)?;
         let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let session = {
-            let mut sessions = self.sessions();
-            if sessions.contains_key(&id) {
-                return Err(JupyterError::SessionExists(id));
-            }
-            if sessions.len() >= self.config.max_sessions {
-                return Err(JupyterError::TooManySessions(self.config.max_sessions));
-            }
-            let session = Arc::new(self.new_session(kernel_name.clone(), cwd));
-            sessions.insert(id.clone(), session.clone());
-            session
-        };
-        // Start the kernel now so that the first execution is fast; a kernel that fails to
-        // start takes its session with it.
-        let mut kernel = session.kernel.lock().await;
-        match Kernel::start(&self.launch_spec(&session.cwd)).await {
-            Ok(k) => {
-                session.pgid.store(k.pgid(), Ordering::Release);
-                *kernel = Some(k);
-            }
-            Err(e) => {
-                drop(kernel);
-                self.sessions().remove(&id);
-                return Err(e);
-            }
+        let (session, new) = self
+            .sessions
+            .get_or_insert(&id, || self.new_session(kernel_name.clone(), cwd))
+            .map_err(too_many)?;
+        if !new {
+            return Err(JupyterError::SessionExists(id));
         }
+        // Start the kernel now so that the first execution is fast.
+        let spec = self.launch_spec(&session.meta.cwd);
+        self.sessions
+            .start(&id, &session, Kernel::start(&spec))
+            .await?;
         Ok((id, kernel_name))
     }
 
     fn new_session(&self, kernel_name: String, cwd: Option<PathBuf>) -> Session {
-        let now = (Instant::now(), SystemTime::now());
-        Session {
+        let meta = SessionMeta {
             kernel_name,
             cwd: cwd.unwrap_or_else(|| self.config.workspace.clone()),
-            created: now.0,
-            last_used: StdMutex::new(now),
-            kernel: Mutex::new(None),
-            pgid: AtomicI32::new(0),
-        }
+        };
+        CodeSession::new(meta, self.config.idle_expiry)
     }
 
     fn launch_spec(&self, cwd: &std::path::Path) -> LaunchSpec {
@@ -328,35 +295,26 @@ impl Jupyter {
             .session_id
             .clone()
             .unwrap_or_else(|| DEFAULT_SESSION.to_string());
-        let session = {
-            let mut sessions = self.sessions();
-            match sessions.get(&id) {
-                Some(s) => s.clone(),
-                None => {
-                    if sessions.len() >= self.config.max_sessions {
-                        return Err(JupyterError::TooManySessions(self.config.max_sessions));
-                    }
-                    let name = requested_kernel
-                        .clone()
-                        .unwrap_or_else(|| DEFAULT_KERNEL.to_string());
-                    let s = Arc::new(self.new_session(name, request.cwd.clone()));
-                    sessions.insert(id.clone(), s.clone());
-                    s
-                }
-            }
-        };
+        let (session, _) = self
+            .sessions
+            .get_or_insert(&id, || {
+                let name = requested_kernel
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_KERNEL.to_string());
+                self.new_session(name, request.cwd.clone())
+            })
+            .map_err(too_many)?;
         session.touch();
-        let mut slot = session.kernel.lock().await;
+        let mut slot = session.process.lock().await;
         if slot.as_ref().is_some_and(Kernel::is_dead) {
             tracing::info!(session = %id, "the session's kernel died: starting a new one");
-            *slot = None;
+            session.discard(&mut slot);
         }
         let kernel = match slot.as_mut() {
             Some(k) => k,
             None => {
-                let k = Kernel::start(&self.launch_spec(&session.cwd)).await?;
-                session.pgid.store(k.pgid(), Ordering::Release);
-                slot.insert(k)
+                let k = Kernel::start(&self.launch_spec(&session.meta.cwd)).await?;
+                session.install(&mut slot, k)
             }
         };
         if let Some(cwd) = &request.cwd {
@@ -376,7 +334,7 @@ impl Jupyter {
             Ok(execution) => execution,
             Err(e @ (JupyterError::Died | JupyterError::Stuck)) => {
                 // The session's state is gone; the next execution starts a new kernel.
-                *slot = None;
+                session.discard(&mut slot);
                 tracing::warn!(session = %id, error = %e, "kernel lost");
                 let (ename, evalue) = match e {
                     JupyterError::Died => (
@@ -403,7 +361,7 @@ impl Jupyter {
         };
         Ok(ExecuteOutcome {
             session_id: id,
-            kernel_name: session.kernel_name.clone(),
+            kernel_name: session.meta.kernel_name.clone(),
             execution,
         })
     }
@@ -411,18 +369,17 @@ impl Jupyter {
     /// The sessions, newest use first.
     pub fn list(&self) -> Vec<SessionSummary> {
         let mut list: Vec<SessionSummary> = self
-            .sessions()
-            .iter()
-            .map(|(id, s)| {
-                let last = s.last_used.lock().map_or(SystemTime::now(), |t| t.1);
-                SessionSummary {
-                    id: id.clone(),
-                    kernel_name: s.kernel_name.clone(),
-                    last_used: last
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .map_or(0.0, |d| d.as_secs_f64()),
-                    age: s.created.elapsed(),
-                }
+            .sessions
+            .list()
+            .into_iter()
+            .map(|(id, s)| SessionSummary {
+                id,
+                kernel_name: s.meta.kernel_name.clone(),
+                last_used: s
+                    .last_used()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64()),
+                age: s.age(),
             })
             .collect();
         list.sort_by(|a, b| b.last_used.total_cmp(&a.last_used));
@@ -431,71 +388,27 @@ impl Jupyter {
 
     /// Removes a session and kills its kernel (an execution in flight ends with an error).
     pub async fn delete(&self, id: &str) -> Result<(), JupyterError> {
-        let session = self
-            .sessions()
-            .remove(id)
-            .ok_or_else(|| JupyterError::NoSession(id.to_string()))?;
-        shut_down(&session).await;
-        Ok(())
+        if self.sessions.delete(id).await {
+            Ok(())
+        } else {
+            Err(JupyterError::NoSession(id.to_string()))
+        }
     }
 
     /// Removes every session; returns how many there were.
     pub async fn delete_all(&self) -> usize {
-        let all: Vec<Arc<Session>> = self.sessions().drain().map(|(_, s)| s).collect();
-        for session in &all {
-            shut_down(session).await;
-        }
-        all.len()
+        self.sessions.delete_all().await
     }
 
     /// Removes sessions idle for longer than the expiry (run periodically).
     pub async fn expire_idle(&self) -> usize {
-        let expiry = self.config.idle_expiry;
-        let expired: Vec<Arc<Session>> = {
-            let mut sessions = self.sessions();
-            let ids: Vec<String> = sessions
-                .iter()
-                .filter(|(_, s)| s.idle_for() > expiry && s.kernel.try_lock().is_ok())
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.iter().filter_map(|id| sessions.remove(id)).collect()
-        };
-        for session in &expired {
-            shut_down(session).await;
-        }
-        expired.len()
+        self.sessions.expire_idle().await
     }
 
     /// Expires idle sessions every minute for as long as `self` lives.
     pub fn spawn_reaper(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(60));
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(jupyter) = weak.upgrade() else {
-                    return;
-                };
-                let n = jupyter.expire_idle().await;
-                if n > 0 {
-                    tracing::info!(sessions = n, "idle Jupyter sessions expired");
-                }
-            }
-        });
-    }
-}
-
-async fn shut_down(session: &Session) {
-    // An execution in flight holds the kernel's lock: killing the process group first makes it
-    // end (with "the kernel died") and let go.
-    let pgid = session.pgid.swap(0, Ordering::AcqRel);
-    if pgid > 0 {
-        kernel::kill_group(pgid);
-    }
-    let mut slot = session.kernel.lock().await;
-    if let Some(mut k) = slot.take() {
-        k.kill();
+        self.sessions
+            .spawn_reaper(Duration::from_secs(60), "Jupyter");
     }
 }
 

@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use std::os::unix::process::CommandExt;
+use supervisor::process::ProcessGroup;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -166,7 +165,7 @@ async fn run_in(
         }
         Err(_) => {
             if let Some(pgid) = pgid {
-                kill_group(pgid);
+                ProcessGroup::new(pgid).kill();
             }
             (String::new(), String::new(), 137, true)
         }
@@ -174,7 +173,7 @@ async fn run_in(
     // The run's processes are ended as a group in every case (a background child of the code
     // must not outlive its run).
     if let Some(pgid) = pgid {
-        kill_group(pgid);
+        ProcessGroup::new(pgid).kill();
     }
     Ok(assemble(
         stdout,
@@ -264,13 +263,6 @@ async fn read_bounded(pipe: Option<impl AsyncRead + Unpin>, limit: usize) -> Str
         ));
     }
     text
-}
-
-pub(crate) fn kill_group(pgid: i32) {
-    match killpg(Pid::from_raw(pgid), Signal::SIGKILL) {
-        Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-        Err(e) => tracing::warn!(error = %e, pgid, "killing a node process group"),
-    }
 }
 
 pub(crate) fn make_dir(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), NodeError> {

@@ -5,7 +5,6 @@
 //! request that does not answer in time kills the session's process group (its state is lost
 //! and the session is removed). Sessions unused for their idle time are removed.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -16,11 +15,12 @@ use std::os::unix::process::CommandExt;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use tokio::process::ChildStdin;
-use tokio::sync::{Mutex, mpsc};
-use tokio::time::Instant;
+use tokio::sync::mpsc;
 
-use super::{NodeConfig, NodeError, RunResult, kill_group};
+use super::{NodeConfig, NodeError, RunResult};
+use crate::code_sessions::{CodeSession, Full, SessionProcess, SessionTable};
 use crate::jupyter::Output;
+use supervisor::process::ProcessGroup;
 
 const DRIVER: &str = include_str!("driver.js");
 /// Time for a new session's node to print its ready line.
@@ -51,32 +51,43 @@ enum Line {
     Stray(String),
 }
 
-struct Session {
-    cwd: StdMutex<PathBuf>,
-    created_at: SystemTime,
-    used: StdMutex<(Instant, SystemTime)>,
-    max_idle: StdMutex<Duration>,
-    process: Mutex<Option<Process>>,
-    pgid: std::sync::atomic::AtomicI32,
+impl SessionProcess for Process {
+    fn pgid(&self) -> i32 {
+        self.pgid
+    }
 }
 
-impl Session {
-    fn info(&self, id: &str) -> SessionInfo {
-        let (used_at, used) = *self.used.lock().unwrap_or_else(|e| e.into_inner());
-        SessionInfo {
-            id: id.to_string(),
-            cwd: self.cwd.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            created_at: self.created_at,
-            last_used: used,
-            max_idle: *self.max_idle.lock().unwrap_or_else(|e| e.into_inner()),
-            idle_for: used_at.elapsed(),
-            executing: self.process.try_lock().is_err(),
-        }
+/// What a Node session keeps of its own: the working directory of its next execution.
+struct SessionMeta {
+    cwd: StdMutex<PathBuf>,
+}
+
+impl SessionMeta {
+    fn cwd(&self) -> PathBuf {
+        self.cwd.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn touch(&self) {
-        *self.used.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), SystemTime::now());
+    fn set_cwd(&self, cwd: PathBuf) {
+        *self.cwd.lock().unwrap_or_else(|e| e.into_inner()) = cwd;
     }
+}
+
+type Session = CodeSession<SessionMeta, Process>;
+
+fn info(id: &str, session: &Session) -> SessionInfo {
+    SessionInfo {
+        id: id.to_string(),
+        cwd: session.meta.cwd(),
+        created_at: session.created_at(),
+        last_used: session.last_used(),
+        max_idle: session.max_idle(),
+        idle_for: session.idle_for(),
+        executing: session.busy(),
+    }
+}
+
+fn too_many(Full(max): Full) -> NodeError {
+    NodeError::TooManySessions(max)
 }
 
 #[derive(Deserialize)]
@@ -105,25 +116,19 @@ struct DriverOutput {
 /// The Node sessions of this sandbox.
 pub struct NodeSessions {
     config: NodeConfig,
-    sessions: StdMutex<HashMap<String, Arc<Session>>>,
+    sessions: Arc<SessionTable<SessionMeta, Process>>,
 }
 
 impl NodeSessions {
     pub fn new(config: NodeConfig) -> Self {
         Self {
+            sessions: Arc::new(SessionTable::new(config.max_sessions)),
             config,
-            sessions: StdMutex::new(HashMap::new()),
         }
     }
 
     pub fn config(&self) -> &NodeConfig {
         &self.config
-    }
-
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Session>>> {
-        // Every update of the map is one insert or remove: a poisoned lock still holds a
-        // consistent map.
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Creates a session; `Ok(false)` when it already existed (it is left as it was).
@@ -133,46 +138,27 @@ impl NodeSessions {
         cwd: Option<PathBuf>,
         max_idle: Option<Duration>,
     ) -> Result<(bool, SessionInfo), NodeError> {
-        let session = {
-            let mut map = self.map();
-            if let Some(existing) = map.get(&id) {
-                return Ok((false, existing.info(&id)));
-            }
-            if map.len() >= self.config.max_sessions {
-                return Err(NodeError::TooManySessions(self.config.max_sessions));
-            }
-            let now = SystemTime::now();
-            let session = Arc::new(Session {
-                cwd: StdMutex::new(cwd.unwrap_or_else(|| self.config.workspace.clone())),
-                created_at: now,
-                used: StdMutex::new((Instant::now(), now)),
-                max_idle: StdMutex::new(max_idle.unwrap_or(self.config.default_idle)),
-                process: Mutex::new(None),
-                pgid: std::sync::atomic::AtomicI32::new(0),
-            });
-            map.insert(id.clone(), session.clone());
-            session
-        };
-        let mut slot = session.process.lock().await;
-        match self.start(&session).await {
-            Ok(p) => *slot = Some(p),
-            Err(e) => {
-                drop(slot);
-                self.map().remove(&id);
-                return Err(e);
-            }
+        let (session, new) = self
+            .sessions
+            .get_or_insert(&id, || {
+                let meta = SessionMeta {
+                    cwd: StdMutex::new(cwd.unwrap_or_else(|| self.config.workspace.clone())),
+                };
+                CodeSession::new(meta, max_idle.unwrap_or(self.config.default_idle))
+            })
+            .map_err(too_many)?;
+        if !new {
+            return Ok((false, info(&id, &session)));
         }
-        drop(slot);
-        Ok((true, session.info(&id)))
+        self.sessions
+            .start(&id, &session, self.start(&session))
+            .await?;
+        Ok((true, info(&id, &session)))
     }
 
     async fn start(&self, session: &Session) -> Result<Process, NodeError> {
         let marker = format!("\u{1e}agentbox-{}:", uuid::Uuid::new_v4().simple());
-        let cwd = session
-            .cwd
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let cwd = session.meta.cwd();
         let mut command = std::process::Command::new(&self.config.node);
         command
             .args(["-e", DRIVER])
@@ -205,7 +191,7 @@ impl NodeSessions {
         let (stdin, stdout) = match pipes {
             Ok(pipes) => pipes,
             Err(e) => {
-                kill_group(pgid);
+                ProcessGroup::new(pgid).kill();
                 return Err(NodeError::Runtime(format!("node's pipes: {e}")));
             }
         };
@@ -222,14 +208,11 @@ impl NodeSessions {
         })
         .await;
         if ready != Ok(true) {
-            kill_group(pgid);
+            ProcessGroup::new(pgid).kill();
             return Err(NodeError::SessionDied(
                 "node did not start the session".into(),
             ));
         }
-        session
-            .pgid
-            .store(pgid, std::sync::atomic::Ordering::Release);
         Ok(Process { pgid, stdin, lines })
     }
 
@@ -241,27 +224,25 @@ impl NodeSessions {
         cwd: Option<PathBuf>,
         timeout: Duration,
     ) -> Result<RunResult, NodeError> {
-        let session = self.map().get(id).cloned();
-        let session = match session {
+        let session = match self.sessions.get(id) {
             Some(s) => s,
             None => {
                 self.create(id.to_string(), cwd.clone(), None).await?;
-                self.map()
+                self.sessions
                     .get(id)
-                    .cloned()
                     .ok_or_else(|| NodeError::NoSession(id.to_string()))?
             }
         };
         session.touch();
         if let Some(cwd) = &cwd {
-            *session.cwd.lock().unwrap_or_else(|e| e.into_inner()) = cwd.clone();
+            session.meta.set_cwd(cwd.clone());
         }
         let mut slot = session.process.lock().await;
         let process = match slot.as_mut() {
             Some(p) => p,
             None => {
                 let p = self.start(&session).await?;
-                slot.insert(p)
+                session.install(&mut slot, p)
             }
         };
         let request = serde_json::json!({
@@ -301,10 +282,7 @@ impl NodeSessions {
         session.touch();
         let Some(answer) = answer.and_then(|a| serde_json::from_str::<Answer>(&a).ok()) else {
             // Timed out or died: the state is gone, and so is the process group.
-            let pgid = process.pgid;
-            *slot = None;
-            kill_group(pgid);
-            session.pgid.store(0, std::sync::atomic::Ordering::Release);
+            session.discard(&mut slot);
             let (status, message) = if written.is_ok() {
                 (
                     "timeout",
@@ -334,11 +312,15 @@ impl NodeSessions {
     }
 
     pub fn get(&self, id: &str) -> Option<SessionInfo> {
-        self.map().get(id).map(|s| s.info(id))
+        self.sessions.get(id).map(|s| info(id, &s))
     }
 
     pub fn list(&self) -> Vec<SessionInfo> {
-        self.map().iter().map(|(id, s)| s.info(id)).collect()
+        self.sessions
+            .list()
+            .iter()
+            .map(|(id, s)| info(id, s))
+            .collect()
     }
 
     /// Changes a session's idle time or working directory (the directory applies from the
@@ -349,75 +331,37 @@ impl NodeSessions {
         max_idle: Option<Duration>,
         cwd: Option<PathBuf>,
     ) -> Result<SessionInfo, NodeError> {
-        let map = self.map();
-        let session = map
+        let session = self
+            .sessions
             .get(id)
             .ok_or_else(|| NodeError::NoSession(id.to_string()))?;
         if let Some(idle) = max_idle {
-            *session.max_idle.lock().unwrap_or_else(|e| e.into_inner()) = idle;
+            session.set_max_idle(idle);
         }
         if let Some(cwd) = cwd {
-            *session.cwd.lock().unwrap_or_else(|e| e.into_inner()) = cwd;
+            session.meta.set_cwd(cwd);
         }
-        Ok(session.info(id))
+        Ok(info(id, &session))
     }
 
     /// Removes a session and kills its process group.
     pub async fn delete(&self, id: &str) -> Result<(), NodeError> {
-        let session = self
-            .map()
-            .remove(id)
-            .ok_or_else(|| NodeError::NoSession(id.to_string()))?;
-        end(&session).await;
-        Ok(())
+        if self.sessions.delete(id).await {
+            Ok(())
+        } else {
+            Err(NodeError::NoSession(id.to_string()))
+        }
     }
 
     /// Removes sessions unused for longer than their idle time.
     pub async fn expire_idle(&self) -> usize {
-        let expired: Vec<Arc<Session>> = {
-            let mut map = self.map();
-            let ids: Vec<String> = map
-                .iter()
-                .filter(|(id, s)| {
-                    let info = s.info(id);
-                    !info.executing && info.idle_for > info.max_idle
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.iter().filter_map(|id| map.remove(id)).collect()
-        };
-        for s in &expired {
-            end(s).await;
-        }
-        expired.len()
+        self.sessions.expire_idle().await
     }
 
     /// Expires idle sessions every 30 seconds for as long as `self` lives.
     pub fn spawn_reaper(self: &Arc<Self>) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let Some(sessions) = weak.upgrade() else {
-                    return;
-                };
-                let n = sessions.expire_idle().await;
-                if n > 0 {
-                    tracing::info!(sessions = n, "idle Node sessions expired");
-                }
-            }
-        });
+        self.sessions.spawn_reaper(Duration::from_secs(30), "Node");
     }
-}
-
-async fn end(session: &Session) {
-    let pgid = session.pgid.swap(0, std::sync::atomic::Ordering::AcqRel);
-    if pgid > 0 {
-        kill_group(pgid);
-    }
-    session.process.lock().await.take();
 }
 
 fn convert(answer: Answer, stray: String, limit: usize) -> RunResult {

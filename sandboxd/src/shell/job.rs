@@ -619,11 +619,9 @@ impl Job {
         if !self.is_running() {
             return Ok(false);
         }
-        match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pid), signal) {
-            Ok(()) => Ok(true),
-            Err(nix::errno::Errno::ESRCH) => Ok(false),
-            Err(errno) => Err(io::Error::from(errno)),
-        }
+        supervisor::process::ProcessGroup::new(self.pid)
+            .send(signal)
+            .map_err(io::Error::from)
     }
 
     /// Interrupts the command as Ctrl-C at a prompt does: SIGINT to its process group, then

@@ -39,8 +39,9 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use supervisor::process::ProcessGroup;
 
 /// The environment variable that marks every program a shell command started.
 pub const MARKER_VAR: &str = "AGENTBOX_SHELL_JOB";
@@ -232,10 +233,7 @@ pub fn signal_session(sid: i32, signal: Signal) -> usize {
     if !signallable(sid) {
         return 0;
     }
-    match killpg(Pid::from_raw(sid), signal) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(error) => tracing::warn!(sid, %signal, %error, "cannot signal process group"),
-    }
+    ProcessGroup::new(sid).signal(signal);
     let pids = members(sid);
     signal_each(&pids, signal);
     pids.len()
@@ -365,10 +363,7 @@ impl Tracker {
     fn signal(&mut self, signal: Signal) -> usize {
         let pids = self.scan(&scan());
         for &sid in &self.sessions {
-            match killpg(Pid::from_raw(sid), signal) {
-                Ok(()) | Err(Errno::ESRCH) => {}
-                Err(error) => tracing::warn!(sid, %signal, %error, "cannot signal process group"),
-            }
+            ProcessGroup::new(sid).signal(signal);
         }
         signal_each(&pids, signal);
         pids.len()

@@ -89,7 +89,7 @@ impl Drop for Zygote {
             self.exit.try_recv(),
             Err(tokio::sync::oneshot::error::TryRecvError::Empty)
         ) {
-            supervisor::process::signal_group(self.pid, nix::sys::signal::Signal::SIGKILL);
+            supervisor::process::ProcessGroup::new(self.pid).kill();
         }
     }
 }

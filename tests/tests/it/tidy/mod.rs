@@ -142,6 +142,10 @@ const COMMAND_BUILDERS: &[(&str, &str)] = &[
         "ffmpeg encoding a page screencast, spawned through the reaper",
     ),
     (
+        "sandboxd/src/ffmpeg.rs",
+        "the recorders' ffmpeg command given its output and process group, spawned through the reaper",
+    ),
+    (
         "sandboxd/src/hooks.rs",
         "the bash of a shutdown hook, spawned through the reaper",
     ),
