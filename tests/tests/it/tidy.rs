@@ -307,7 +307,6 @@ const LONG_FILES: &[(&str, usize)] = &[
     ("sandboxd/src/shell/job.rs", 1333),
     ("sandboxd/src/api/mcp/aio.rs", 1276),
     ("tests/tests/it/browser_api.rs", 1255),
-    ("orchestrator/tests/it/e2e.rs", 1232),
     ("orchestrator/src/sandboxes/mod.rs", 1215),
 ];
 
