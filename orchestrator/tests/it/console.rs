@@ -556,12 +556,28 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
     c.ready_sandbox("sbx-a", &key_id).await;
     c.finished_run("run-a", "sbx-a", &key_id).await;
     let share = share_link(&c, "run-a", 600).await;
+    let text = token_of(&share);
+    let pair = a_link_opens_its_run_by_cookie_and_is_no_api_credential(&c, &share, &text).await;
+    a_link_opens_no_other_run_and_a_viewer_token_is_no_link(&c, &key_id, &text).await;
+    a_link_is_no_sandbox_credential_and_outlives_the_sandboxs_tokens(&c, &text).await;
+    let second = links_are_listed_and_revoked_from_their_run_and_outlive_its_sandbox(
+        &c, &share, &text, &pair,
+    )
+    .await;
+    an_expired_link_says_so_and_bad_lifetimes_are_refused(&c).await;
+    a_deleted_runs_link_says_so_and_its_rows_are_gone(&c, &second).await;
+}
+
+async fn a_link_opens_its_run_by_cookie_and_is_no_api_credential(
+    c: &Console,
+    share: &Value,
+    text: &str,
+) -> String {
     assert!(
         share["id"]
             .as_str()
             .is_some_and(|id| id.starts_with("shr-"))
     );
-    let text = token_of(&share);
     let answer = c
         .send(Call::get(format!("/share/runs/run-a?token={text}")))
         .await;
@@ -583,11 +599,18 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
         let answer = c.send(Call::get(path).header("cookie", &pair)).await;
         assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{path}");
     }
+    pair
+}
 
+async fn a_link_opens_no_other_run_and_a_viewer_token_is_no_link(
+    c: &Console,
+    key_id: &str,
+    text: &str,
+) {
     // The attack: another run of the same sandbox, started after the link was made. The link
     // (as a query and as the cookie a browser would send there) does not open it.
-    c.finished_run("run-b", "sbx-a", &key_id).await;
-    let answer = shared_run(&c, "run-b", &text).await;
+    c.finished_run("run-b", "sbx-a", key_id).await;
+    let answer = shared_run(c, "run-b", text).await;
     assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
     assert!(String::from_utf8_lossy(&answer.body).contains("made for another run"));
     for path in [
@@ -610,9 +633,12 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
         .await;
     assert_eq!(view.status, StatusCode::CREATED);
     let view_token = view.json()["token"].as_str().expect("token").to_string();
-    let answer = shared_run(&c, "run-a", &view_token).await;
+    let answer = shared_run(c, "run-a", &view_token).await;
     assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
     assert!(String::from_utf8_lossy(&answer.body).contains("not a share link"));
+}
+
+async fn a_link_is_no_sandbox_credential_and_outlives_the_sandboxs_tokens(c: &Console, text: &str) {
     // Nor is a share link a sandbox credential, and none is made through the sandbox's tokens.
     let answer = c
         .send(Call::get(format!("/v1/sandboxes/sbx-a/vnc/?token={text}")))
@@ -636,9 +662,16 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
         .send(Call::delete("/v1/sandboxes/sbx-a/tokens").bearer(ADMIN_KEY))
         .await;
     assert_eq!(answer.json()["revoked"], 1, "the view token only");
+}
 
+async fn links_are_listed_and_revoked_from_their_run_and_outlive_its_sandbox(
+    c: &Console,
+    share: &Value,
+    text: &str,
+    pair: &str,
+) -> Value {
     // Listed from the run (without their URL), revoked from the run.
-    let second = share_link(&c, "run-a", 600).await;
+    let second = share_link(c, "run-a", 600).await;
     let list = c
         .send(Call::get("/v1/runs/run-a/shares").bearer(ADMIN_KEY))
         .await;
@@ -679,7 +712,7 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
         .await;
     assert_eq!(again.status, StatusCode::NOT_FOUND, "revoked once");
     let answer = c
-        .send(Call::get("/share/runs/run-a/run").header("cookie", &pair))
+        .send(Call::get("/share/runs/run-a/run").header("cookie", pair))
         .await;
     assert_eq!(answer.status, StatusCode::GONE);
     let answer = c
@@ -689,12 +722,15 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
     assert!(String::from_utf8_lossy(&answer.body).contains("no longer works"));
     // The other link still opens, also once the run's sandbox is gone.
     c.store.delete_sandbox("sbx-a").await.expect("sandbox gone");
-    let answer = shared_run(&c, "run-a", &token_of(&second)).await;
+    let answer = shared_run(c, "run-a", &token_of(&second)).await;
     assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.json());
     assert_eq!(answer.json()["sandbox_live"], false);
+    second
+}
 
+async fn an_expired_link_says_so_and_bad_lifetimes_are_refused(c: &Console) {
     // Expired.
-    let short = share_link(&c, "run-a", 1).await;
+    let short = share_link(c, "run-a", 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let answer = c
         .send(Call::get(format!(
@@ -720,6 +756,9 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
                 .is_some_and(|m| m.contains("ttl_secs"))
         );
     }
+}
+
+async fn a_deleted_runs_link_says_so_and_its_rows_are_gone(c: &Console, second: &Value) {
     // A deleted run: the page says so, and its links' rows went with it.
     let answer = c
         .send(Call::delete("/v1/runs/run-a").bearer(ADMIN_KEY))
@@ -728,7 +767,7 @@ async fn share_links_open_one_run_and_say_why_when_they_do_not() {
     let answer = c
         .send(Call::get(format!(
             "/share/runs/run-a?token={}",
-            token_of(&second)
+            token_of(second)
         )))
         .await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);

@@ -9,8 +9,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use common::{ADMIN_KEY, Options, Orchestrator};
-use futures_util::StreamExt;
+use common::{
+    ADMIN_KEY, Options, Orchestrator, Ws, mouse_location, pointer_event, rfb_handshake, ws_connect,
+    ws_url,
+};
+use futures_util::{SinkExt, StreamExt};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -188,9 +191,26 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
         extra_args: vec!["--scripts-dir".into(), examples_dir().display().to_string()],
         ..Options::default()
     })?;
-
-    // Bad input: each a 4xx naming the problem, nothing created.
     let task = "Open the paint program, draw a red triangle, save it as PNG under ~/outputs";
+    bad_input_is_refused_naming_the_problem_and_creates_nothing(&orchestrator, task).await?;
+    let id = the_run_is_created_once_per_idempotency_key(&orchestrator, task).await?;
+    let seqs =
+        the_event_stream_resumes_after_a_disconnect_and_replays_once_ended(&orchestrator, &id)
+            .await?;
+    let run =
+        the_record_and_the_png_are_kept_and_checked_pixel_by_pixel(&orchestrator, &id).await?;
+    the_command_line_reads_the_same_log(&orchestrator, &id, &seqs).await?;
+    terminal_states_never_change_and_runs_need_a_key(&orchestrator, &id).await?;
+    the_artifact_outlives_the_sandbox(&orchestrator, &id, &run).await?;
+    deleting_the_run_takes_its_record_events_artifacts_and_files(&orchestrator, &id).await?;
+    Ok(())
+}
+
+async fn bad_input_is_refused_naming_the_problem_and_creates_nothing(
+    orchestrator: &Orchestrator,
+    task: &str,
+) -> anyhow::Result<()> {
+    // Bad input: each a 4xx naming the problem, nothing created.
     let huge = "x".repeat(100 * 1024);
     let cases = [
         (json!({"task": task, "model": "gemini:pro"}), 422, "model"),
@@ -231,33 +251,45 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
         ),
     ];
     for (body, status, needle) in &cases {
-        let (got, answer) = post_run(&orchestrator, body.clone(), None).await?;
+        let (got, answer) = post_run(orchestrator, body.clone(), None).await?;
         assert_eq!(got, *status, "{body:.80}: {answer}");
         assert!(answer.to_string().contains(needle), "{needle}: {answer}");
     }
     let (_, list) = orchestrator.get("/v1/runs").await?;
     assert_eq!(list["runs"], json!([]), "nothing half-created");
+    Ok(())
+}
 
+async fn the_run_is_created_once_per_idempotency_key(
+    orchestrator: &Orchestrator,
+    task: &str,
+) -> anyhow::Result<String> {
     // The run, idempotently.
     let body = json!({"task": task, "model": "script:draw-red-triangle.json", "metadata": {"demo": "triangle"}});
-    let (status, run) = post_run(&orchestrator, body.clone(), Some("triangle-1")).await?;
+    let (status, run) = post_run(orchestrator, body.clone(), Some("triangle-1")).await?;
     assert_eq!(status, 201, "{run}");
     let id = run["id"].as_str().context("id")?.to_string();
-    let (status, again) = post_run(&orchestrator, body.clone(), Some("triangle-1")).await?;
+    let (status, again) = post_run(orchestrator, body.clone(), Some("triangle-1")).await?;
     assert_eq!((status, again["id"].as_str()), (200, Some(id.as_str())));
     let (status, other) = post_run(
-        &orchestrator,
+        orchestrator,
         json!({"task": "something else", "model": "script:draw-red-triangle.json"}),
         Some("triangle-1"),
     )
     .await?;
     assert_eq!(status, 409, "{other}");
+    Ok(id)
+}
 
+async fn the_event_stream_resumes_after_a_disconnect_and_replays_once_ended(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<Vec<i64>> {
     // Follow it; drop the connection after a few events and resume with Last-Event-ID.
     let path = format!("/v1/runs/{id}/events");
-    let first = read_sse(&orchestrator, &path, None, |events| events.len() >= 5).await?;
+    let first = read_sse(orchestrator, &path, None, |events| events.len() >= 5).await?;
     let last = first.last().map(|e| e.0).context("no events")?;
-    let rest = read_sse(&orchestrator, &path, Some(last), |events| {
+    let rest = read_sse(orchestrator, &path, Some(last), |events| {
         events.last().is_some_and(is_terminal)
     })
     .await?;
@@ -291,9 +323,15 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
     assert_eq!(status, 200);
     assert_eq!(page["events"].as_array().map(Vec::len), Some(seqs.len()));
     assert_eq!(page["done"], true);
-    let replay = read_sse(&orchestrator, &path, Some(0), |_| false).await?;
+    let replay = read_sse(orchestrator, &path, Some(0), |_| false).await?;
     assert_eq!(replay.len(), seqs.len(), "the stream of an ended run ends");
+    Ok(seqs)
+}
 
+async fn the_record_and_the_png_are_kept_and_checked_pixel_by_pixel(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<Value> {
     // The run's record, and the PNG: downloadable, checked pixel by pixel.
     let (_, run) = orchestrator.get(&format!("/v1/runs/{id}")).await?;
     assert_eq!(run["status"], "completed");
@@ -303,7 +341,7 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
             .is_some_and(|a| a.contains("red-triangle.png"))
     );
     let (_, listed) = orchestrator.get("/v1/runs?metadata.demo=triangle").await?;
-    assert_eq!(listed["runs"][0]["id"], id.as_str());
+    assert_eq!(listed["runs"][0]["id"], id);
     let (_, artifacts) = orchestrator
         .get(&format!("/v1/runs/{id}/artifacts"))
         .await?;
@@ -330,9 +368,16 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
     assert_eq!(response.headers()["x-content-type-options"], "nosniff");
     let png = response.bytes().await?;
     check_red_triangle(&png)?;
+    Ok(run)
+}
 
+async fn the_command_line_reads_the_same_log(
+    orchestrator: &Orchestrator,
+    id: &str,
+    seqs: &[i64],
+) -> anyhow::Result<()> {
     // The command line reads the same log, one line per event with the step.
-    let output = cli(&orchestrator, &["run", "events", &id])?;
+    let output = cli(orchestrator, &["run", "events", id])?;
     let printed = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -345,9 +390,15 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
         printed.contains("artifact.created outputs/red-triangle.png"),
         "{printed}"
     );
-    let output = cli(&orchestrator, &["run", "ls"])?;
+    let output = cli(orchestrator, &["run", "ls"])?;
     assert!(String::from_utf8_lossy(&output.stdout).contains(&format!("{id}\tcompleted")));
+    Ok(())
+}
 
+async fn terminal_states_never_change_and_runs_need_a_key(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<()> {
     // Terminal states never change.
     let (status, _) = orchestrator
         .call(
@@ -365,7 +416,14 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
     assert_eq!(status, 401);
     let (status, _) = orchestrator.get("/v1/runs/run_nope").await?;
     assert_eq!(status, 404);
+    Ok(())
+}
 
+async fn the_artifact_outlives_the_sandbox(
+    orchestrator: &Orchestrator,
+    id: &str,
+    run: &Value,
+) -> anyhow::Result<()> {
     // The artifact outlives the sandbox.
     let sandbox_id = run["sandbox_id"].as_str().context("sandbox_id")?;
     assert_eq!(orchestrator.delete(sandbox_id).await?, 204);
@@ -376,9 +434,15 @@ async fn acceptance_task_draws_a_red_triangle() -> anyhow::Result<()> {
         .send()
         .await?;
     assert_eq!(response.status(), 200);
+    Ok(())
+}
 
+async fn deleting_the_run_takes_its_record_events_artifacts_and_files(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<()> {
     // Deleting the run takes its record, events and artifacts, and the disk space they took.
-    let files = orchestrator.data_dir.join("artifacts").join(&id);
+    let files = orchestrator.data_dir.join("artifacts").join(id);
     assert!(files.join("outputs/red-triangle.png").is_file());
     let delete = async || {
         orchestrator
@@ -632,18 +696,8 @@ async fn five_hundred_subscribers_see_every_event_in_order() -> anyhow::Result<(
 /// clicks through the VNC proxy; after `handback` it is dropped again and the run completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Result<()> {
-    use common::{mouse_location, pointer_event, rfb_handshake, ws_connect, ws_url};
-    use futures_util::SinkExt;
-
     let scripts = tempfile::tempdir()?;
-    let mut steps: Vec<Value> = (0..60)
-        .map(|i| json!({"action": "SHELL", "command": format!("sleep 0.25; echo {i}")}))
-        .collect();
-    steps.push(json!({"action": "FINAL", "answer": "done"}));
-    std::fs::write(
-        scripts.path().join("slow.json"),
-        serde_json::to_string(&steps)?,
-    )?;
+    write_slow_script(scripts.path())?;
     let orchestrator = Orchestrator::start(Options {
         extra_args: vec!["--scripts-dir".into(), scripts.path().display().to_string()],
         ..Options::default()
@@ -666,21 +720,53 @@ async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Re
     .await?;
     assert_eq!(status, 201, "{run}");
     let id = run["id"].as_str().context("id")?.to_string();
-    // A second run on the same sandbox is refused while this one is active.
-    let (status, _) = post_run(
-        &orchestrator,
-        json!({"task": "other", "model": "script:slow.json", "sandbox_id": sandbox_id}),
-        None,
-    )
-    .await?;
-    assert_eq!(status, 409);
+    a_second_run_on_the_sandbox_is_refused_while_this_one_is_active(&orchestrator, &sandbox_id)
+        .await?;
     let path = format!("/v1/runs/{id}/events");
     read_sse(&orchestrator, &path, None, |events| {
         events.iter().any(|e| e.1 == "action.finished")
     })
     .await?;
 
-    let token = orchestrator.token(&sandbox_id, "control").await?;
+    let mut viewer = a_control_viewer(&orchestrator, &sandbox_id).await?;
+    the_viewers_pointer_is_dropped_while_the_agent_drives(&mut viewer, &sandbox_id).await?;
+    takeover_pauses_the_run_and_opens_the_viewers_input(
+        &orchestrator,
+        &id,
+        &sandbox_id,
+        &mut viewer,
+    )
+    .await?;
+    handback_resumes_the_run_and_closes_the_viewers_input(
+        &orchestrator,
+        &id,
+        &sandbox_id,
+        &mut viewer,
+    )
+    .await?;
+    the_run_completes_and_the_desktop_is_the_persons_again(
+        &orchestrator,
+        &path,
+        &sandbox_id,
+        &mut viewer,
+    )
+    .await?;
+    Ok(())
+}
+
+/// A script of 60 quarter-second shell steps and a final answer, as `slow.json` in `dir`.
+fn write_slow_script(dir: &std::path::Path) -> anyhow::Result<()> {
+    let mut steps: Vec<Value> = (0..60)
+        .map(|i| json!({"action": "SHELL", "command": format!("sleep 0.25; echo {i}")}))
+        .collect();
+    steps.push(json!({"action": "FINAL", "answer": "done"}));
+    std::fs::write(dir.join("slow.json"), serde_json::to_string(&steps)?)?;
+    Ok(())
+}
+
+/// A control viewer of the sandbox's desktop through the VNC proxy, past the RFB handshake.
+async fn a_control_viewer(orchestrator: &Orchestrator, sandbox_id: &str) -> anyhow::Result<Ws> {
+    let token = orchestrator.token(sandbox_id, "control").await?;
     let url = ws_url(&orchestrator.u(&format!(
         "/v1/sandboxes/{sandbox_id}/vnc/websockify?token={}",
         token["token"].as_str().context("token")?
@@ -688,16 +774,45 @@ async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Re
     let mut viewer = ws_connect(&url, None, Some("binary")).await?;
     let mut pending = Vec::new();
     rfb_handshake(&mut viewer, &mut pending).await?;
+    Ok(viewer)
+}
 
+async fn a_second_run_on_the_sandbox_is_refused_while_this_one_is_active(
+    orchestrator: &Orchestrator,
+    sandbox_id: &str,
+) -> anyhow::Result<()> {
+    // A second run on the same sandbox is refused while this one is active.
+    let (status, _) = post_run(
+        orchestrator,
+        json!({"task": "other", "model": "script:slow.json", "sandbox_id": sandbox_id}),
+        None,
+    )
+    .await?;
+    assert_eq!(status, 409);
+    Ok(())
+}
+
+async fn the_viewers_pointer_is_dropped_while_the_agent_drives(
+    viewer: &mut Ws,
+    sandbox_id: &str,
+) -> anyhow::Result<()> {
     // The agent drives: the person's pointer does not reach the desktop.
     viewer.send(pointer_event(321, 234)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        mouse_location(&sandbox_id)?,
+        mouse_location(sandbox_id)?,
         (10, 10),
         "refused before takeover"
     );
+    Ok(())
+}
 
+async fn takeover_pauses_the_run_and_opens_the_viewers_input(
+    orchestrator: &Orchestrator,
+    id: &str,
+    sandbox_id: &str,
+    viewer: &mut Ws,
+) -> anyhow::Result<()> {
     let (status, paused) = orchestrator
         .call(
             Method::POST,
@@ -738,7 +853,7 @@ async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Re
     viewer.send(click(1)).await?;
     viewer.send(click(0)).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while mouse_location(&sandbox_id)? != (321, 234) {
+    while mouse_location(sandbox_id)? != (321, 234) {
         if Instant::now() > deadline {
             bail!("the person's pointer did not arrive after takeover");
         }
@@ -752,7 +867,15 @@ async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Re
         before["last_seq"], after["last_seq"],
         "nothing happens while paused"
     );
+    Ok(())
+}
 
+async fn handback_resumes_the_run_and_closes_the_viewers_input(
+    orchestrator: &Orchestrator,
+    id: &str,
+    sandbox_id: &str,
+    viewer: &mut Ws,
+) -> anyhow::Result<()> {
     let (status, resumed) = orchestrator
         .call(
             Method::POST,
@@ -769,12 +892,20 @@ async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Re
     viewer.send(pointer_event(50, 60)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        mouse_location(&sandbox_id)?,
+        mouse_location(sandbox_id)?,
         (321, 234),
         "refused after handback"
     );
+    Ok(())
+}
 
-    let events = read_sse(&orchestrator, &path, Some(0), |events| {
+async fn the_run_completes_and_the_desktop_is_the_persons_again(
+    orchestrator: &Orchestrator,
+    path: &str,
+    sandbox_id: &str,
+    viewer: &mut Ws,
+) -> anyhow::Result<()> {
+    let events = read_sse(orchestrator, path, Some(0), |events| {
         events.last().is_some_and(is_terminal)
     })
     .await?;
@@ -793,7 +924,7 @@ async fn takeover_opens_the_viewers_input_and_handback_closes_it() -> anyhow::Re
     // The run is over: the desktop is the person's again.
     viewer.send(pointer_event(70, 80)).await?;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while mouse_location(&sandbox_id)? != (70, 80) {
+    while mouse_location(sandbox_id)? != (70, 80) {
         if Instant::now() > deadline {
             bail!("the pointer is not the person's after the run ended");
         }

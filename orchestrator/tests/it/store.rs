@@ -46,7 +46,22 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     // Migrations are idempotent: connecting twice is fine.
     Store::connect(url).await?.close().await;
     let store = Store::connect(url).await?;
+    settings_keep_their_first_value(&store).await?;
+    keys_are_found_by_hash_unique_and_revoked_once(&store).await?;
+    sandboxes_are_listed_by_owner_status_pool_and_instance(&store).await?;
+    health_moves_between_ready_and_degraded_and_no_sandbox_key_is_stored(&store).await?;
+    touch_only_moves_forward_and_timeouts_are_set(&store).await?;
+    a_pool_member_is_claimed_once_within_its_keys_quota(&store).await?;
+    tokens_and_share_links_are_revoked_apart(&store).await?;
+    deleting_a_sandbox_takes_its_tokens_but_not_its_share_links(&store).await?;
+    the_key_registry_bootstraps_once_authenticates_and_revokes(&store).await?;
+    exercise_runs(&store).await?;
+    exercise_console_sessions(&store).await?;
+    store.close().await;
+    Ok(())
+}
 
+async fn settings_keep_their_first_value(store: &Store) -> anyhow::Result<()> {
     // Settings keep their first value.
     assert_eq!(
         store.setting_or_insert("instance_id", "first").await?,
@@ -56,7 +71,10 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         store.setting_or_insert("instance_id", "second").await?,
         "first"
     );
+    Ok(())
+}
 
+async fn keys_are_found_by_hash_unique_and_revoked_once(store: &Store) -> anyhow::Result<()> {
     // Keys.
     let key = ApiKeyRecord {
         id: "key-1".into(),
@@ -86,7 +104,12 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         vec!["key-1".to_string()]
     );
     assert!(store.keys_revoked_since(10).await?.is_empty());
+    Ok(())
+}
 
+async fn sandboxes_are_listed_by_owner_status_pool_and_instance(
+    store: &Store,
+) -> anyhow::Result<()> {
     // Sandboxes.
     let mine = sandbox("sbx-a", Some("key-1"), false);
     store.insert_sandbox(&mine).await?;
@@ -141,6 +164,12 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     // Live sandboxes per key (creating, ready or degraded, not pool members).
     assert_eq!(store.count_live_sandboxes("key-1").await?, 2);
     store.delete_sandbox("sbx-o").await?;
+    Ok(())
+}
+
+async fn health_moves_between_ready_and_degraded_and_no_sandbox_key_is_stored(
+    store: &Store,
+) -> anyhow::Result<()> {
     // Health moves only between ready and degraded.
     assert!(
         store
@@ -171,7 +200,10 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         Some("sbk_old")
     );
     store.delete_sandbox("sbx-l").await?;
+    Ok(())
+}
 
+async fn touch_only_moves_forward_and_timeouts_are_set(store: &Store) -> anyhow::Result<()> {
     // Touch only moves forward.
     store.touch("sbx-a", 5_000).await?;
     store.touch("sbx-a", 4_000).await?;
@@ -185,7 +217,10 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         (a.idle_timeout_secs, a.max_lifetime_secs, a.expires_at),
         (30, 60, 61_000)
     );
+    Ok(())
+}
 
+async fn a_pool_member_is_claimed_once_within_its_keys_quota(store: &Store) -> anyhow::Result<()> {
     // A pool member is claimed once.
     store.mark_ready("sbx-p", 1_500).await?;
     let mut claim = sandbox("sbx-p", Some("key-3"), false);
@@ -206,7 +241,10 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     assert!(!claimed.pooled);
     assert_eq!(claimed.owner_key_id.as_deref(), Some("key-3"));
     assert_eq!(claimed.metadata, claim.metadata);
+    Ok(())
+}
 
+async fn tokens_and_share_links_are_revoked_apart(store: &Store) -> anyhow::Result<()> {
     // Tokens.
     for (id, sandbox_id) in [("tok-1", "sbx-a"), ("tok-2", "sbx-a"), ("tok-3", "sbx-b")] {
         store
@@ -295,7 +333,12 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
             .as_deref(),
         Some("key-1")
     );
+    Ok(())
+}
 
+async fn deleting_a_sandbox_takes_its_tokens_but_not_its_share_links(
+    store: &Store,
+) -> anyhow::Result<()> {
     // Status changes and deletion (with the sandbox's tokens).
     store
         .set_status("sbx-b", SandboxStatus::Lost, Some("gone"), Some(9_000))
@@ -319,7 +362,12 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         "a share link outlives the run's sandbox"
     );
     assert_eq!(store.purge_expired_tokens(1_000).await?, 3);
+    Ok(())
+}
 
+async fn the_key_registry_bootstraps_once_authenticates_and_revokes(
+    store: &Store,
+) -> anyhow::Result<()> {
     // The key registry on top: bootstrap once, authenticate, revoke.
     let keys = ApiKeys::new(store.clone());
     let admin = keys.bootstrap(None).await?;
@@ -345,9 +393,6 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
         keys.bootstrap(Some("short")).await.is_err(),
         "weak admin keys are refused"
     );
-    exercise_runs(&store).await?;
-    exercise_console_sessions(&store).await?;
-    store.close().await;
     Ok(())
 }
 
@@ -416,9 +461,30 @@ fn run_record(id: &str, sandbox: Option<&str>, key: Option<&str>, lease: &str) -
     }
 }
 
+/// The status change a run's start writes.
+fn to_running() -> StatusChange {
+    StatusChange {
+        status: RunStatus::Running,
+        answer: None,
+        reason: None,
+    }
+}
+
 /// Runs: idempotency, one active run per sandbox, seq without gaps, status compare-and-set,
 /// nothing after the terminal status, leases.
 async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
+    a_run_is_created_once_per_idempotency_key_and_one_is_active_per_sandbox(store).await?;
+    events_are_numbered_without_gaps_and_written_by_the_lease_holder_only(store).await?;
+    leases_and_checkpoints_are_held_by_one_process(store).await?;
+    the_terminal_status_is_written_once_and_frees_the_sandbox(store).await?;
+    runs_are_listed_newest_first_by_status(store).await?;
+    artifacts_are_replaced_by_name(store).await?;
+    Ok(())
+}
+
+async fn a_run_is_created_once_per_idempotency_key_and_one_is_active_per_sandbox(
+    store: &Store,
+) -> anyhow::Result<()> {
     let a = run_record("run-a", Some("sb-1"), Some("k1"), "inst/boot1");
     assert_eq!(store.insert_run(&a).await?, RunInsert::Created);
     // The same idempotency key finds the first run; nothing new is written.
@@ -429,13 +495,14 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
     let busy = run_record("run-b", Some("sb-1"), None, "inst/boot1");
     assert_eq!(store.insert_run(&busy).await?, RunInsert::SandboxBusy);
     assert_eq!(store.run("run-b").await?, None);
+    Ok(())
+}
 
+async fn events_are_numbered_without_gaps_and_written_by_the_lease_holder_only(
+    store: &Store,
+) -> anyhow::Result<()> {
     // Events: seq 1, 2, 3 with no gap; the status moves with its event.
-    let running = StatusChange {
-        status: RunStatus::Running,
-        answer: None,
-        reason: None,
-    };
+    let running = to_running();
     assert_eq!(
         store
             .append_event("run-a", "inst/boot1", "run.status", "{}", 2_000, None)
@@ -495,7 +562,10 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
         (1..=22).collect::<Vec<_>>()
     );
     assert_eq!(store.events_after("run-a", 20, 1).await?.len(), 1);
+    Ok(())
+}
 
+async fn leases_and_checkpoints_are_held_by_one_process(store: &Store) -> anyhow::Result<()> {
     // Leases: another process cannot take a live lease, can take an expired one; an earlier
     // life of the same instance is taken over at once.
     assert!(
@@ -584,8 +654,16 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
         store.checkpoint("run-a").await?.as_deref(),
         Some("{\"step\":2}")
     );
+    Ok(())
+}
 
+async fn the_terminal_status_is_written_once_and_frees_the_sandbox(
+    store: &Store,
+) -> anyhow::Result<()> {
     // The terminal status: written once, then nothing more; the sandbox is free again.
+    let running = to_running();
+    // The run refused while run-a held the sandbox.
+    let busy = run_record("run-b", Some("sb-1"), None, "inst/boot1");
     let done = StatusChange {
         status: RunStatus::Completed,
         answer: Some("a triangle".into()),
@@ -636,7 +714,10 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
             .await?,
         "sb-2 is busy"
     );
+    Ok(())
+}
 
+async fn runs_are_listed_newest_first_by_status(store: &Store) -> anyhow::Result<()> {
     // Listing, newest first, by status.
     let all = store.list_runs(&RunFilter::default()).await?;
     assert_eq!(all.len(), 3);
@@ -650,7 +731,10 @@ async fn exercise_runs(store: &Store) -> anyhow::Result<()> {
         completed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
         ["run-a"]
     );
+    Ok(())
+}
 
+async fn artifacts_are_replaced_by_name(store: &Store) -> anyhow::Result<()> {
     // Artifacts: replaced by name.
     let mut artifact = ArtifactRecord {
         run_id: "run-a".into(),

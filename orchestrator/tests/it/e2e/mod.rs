@@ -1,6 +1,9 @@
 //! End-to-end tests of the orchestrator with the real Docker Engine and the real sandbox image
 //! (`AGENTBOX_SANDBOX_IMAGE`, default `agentbox/sandbox:latest`): lifecycle, proxies, auth,
-//! tokens, the VNC view-only filter, CDP, the reaper, the pool, crash recovery, concurrency.
+//! tokens (`auth`), the VNC view-only filter, CDP, the reaper, the pool, crash recovery,
+//! concurrency.
+
+mod auth;
 
 use crate::common;
 
@@ -73,6 +76,17 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
         .create(json!({"metadata": {"team": "red", "run": "1"}, "idle_timeout_secs": 300, "resolution": "1024x768"}))
         .await?;
     let id = sandbox["id"].as_str().context("id")?.to_string();
+    the_created_sandbox_is_described_without_its_key(&sandbox, &id);
+    let own_network =
+        the_container_is_ours_limited_keyless_and_alone_on_its_network(&orchestrator, &id).await?;
+    sandboxes_are_listed_by_metadata_and_status(&orchestrator, &id).await?;
+    the_sandbox_api_answers_through_the_proxy(&orchestrator, &id).await?;
+    timeouts_are_changed_and_checked(&orchestrator, &id).await?;
+    delete_removes_the_container_its_network_and_record(&orchestrator, &id, &own_network).await?;
+    Ok(())
+}
+
+fn the_created_sandbox_is_described_without_its_key(sandbox: &Value, id: &str) {
     assert_eq!(sandbox["status"], "ready");
     assert_eq!(sandbox["resolution"], "1024x768");
     assert!(
@@ -86,12 +100,17 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
         sandbox.get("api_key").is_none(),
         "the sandbox key is never shown"
     );
+}
 
+async fn the_container_is_ours_limited_keyless_and_alone_on_its_network(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<String> {
     // The container: ours, limited, no key in its environment, no published ports.
-    let inspect: Value = serde_json::from_str(&docker(&["inspect", &container_name(&id)])?)?;
+    let inspect: Value = serde_json::from_str(&docker(&["inspect", &container_name(id)])?)?;
     let c = &inspect[0];
     assert_eq!(c["Config"]["Labels"]["agentbox.managed"], "true");
-    assert_eq!(c["Config"]["Labels"]["agentbox.sandbox_id"], id.as_str());
+    assert_eq!(c["Config"]["Labels"]["agentbox.sandbox_id"], id);
     assert_eq!(
         c["Config"]["Labels"]["agentbox.instance"],
         orchestrator.instance.as_str()
@@ -126,9 +145,9 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
         "the key is not in the environment: {env}"
     );
     assert!(!c["HostConfig"]["Binds"].to_string().contains("docker.sock"));
-    let exec = |script: &str| docker(&["exec", &container_name(&id), "sh", "-c", script]);
+    let exec = |script: &str| docker(&["exec", &container_name(id), "sh", "-c", script]);
     // Read from the host: sandboxd is not dumpable, so nobody in the sandbox may look at its fds.
-    let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &container_name(&id)])?;
+    let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &container_name(id)])?;
     let stdin = std::fs::read_link(format!("/proc/{pid}/fd/0"))
         .with_context(|| format!("sandboxd's standard input (pid {pid} on this host)"))?;
     assert_eq!(
@@ -136,7 +155,7 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
         std::path::Path::new("/dev/null"),
         "the stream the key came on is gone from sandboxd's standard input"
     );
-    assert_disk_is_bounded(&id, &exec)?;
+    assert_disk_is_bounded(id, &exec)?;
     let network: Value = serde_json::from_str(&docker(&["network", "inspect", &own_network])?)?;
     assert_eq!(
         network[0]["Options"]["com.docker.network.bridge.enable_icc"],
@@ -151,7 +170,13 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
     );
     let members = network[0]["Containers"].as_object().context("containers")?;
     assert_eq!(members.len(), 1, "the sandbox alone: {members:?}");
+    Ok(own_network)
+}
 
+async fn sandboxes_are_listed_by_metadata_and_status(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<()> {
     // List with filters.
     let (status, list) = orchestrator
         .get("/v1/sandboxes?metadata.team=red&status=ready")
@@ -169,8 +194,14 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
             .contains("status")
     );
     let (status, got) = orchestrator.get(&format!("/v1/sandboxes/{id}")).await?;
-    assert_eq!((status, got["id"].as_str()), (200, Some(id.as_str())));
+    assert_eq!((status, got["id"].as_str()), (200, Some(id)));
+    Ok(())
+}
 
+async fn the_sandbox_api_answers_through_the_proxy(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<()> {
     // The sandbox API through the proxy, with the orchestrator's key.
     let (status, ready) = orchestrator
         .get(&format!("/v1/sandboxes/{id}/api/readyz"))
@@ -207,14 +238,20 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
     assert_eq!(
         docker(&[
             "exec",
-            &container_name(&id),
+            &container_name(id),
             "sh",
             "-c",
             "xdpyinfo -display :1 | grep dimensions | awk '{print $2}'"
         ])?,
         "1024x768"
     );
+    Ok(())
+}
 
+async fn timeouts_are_changed_and_checked(
+    orchestrator: &Orchestrator,
+    id: &str,
+) -> anyhow::Result<()> {
     // Timeouts.
     let (status, updated) = orchestrator
         .call(
@@ -243,21 +280,28 @@ async fn create_list_proxy_timeout_and_delete() -> anyhow::Result<()> {
             .contains("idle_timeout_secs"),
         "{error}"
     );
+    Ok(())
+}
 
+async fn delete_removes_the_container_its_network_and_record(
+    orchestrator: &Orchestrator,
+    id: &str,
+    own_network: &str,
+) -> anyhow::Result<()> {
     // Delete: container, its network and record gone.
-    assert_eq!(orchestrator.delete(&id).await?, 204);
-    assert!(!container_exists(&id));
+    assert_eq!(orchestrator.delete(id).await?, 204);
+    assert!(!container_exists(id));
     orchestrator
         .wait_for(
             "the sandbox's network gone",
             Duration::from_secs(15),
-            async || docker(&["network", "inspect", &own_network]).is_err(),
+            async || docker(&["network", "inspect", own_network]).is_err(),
         )
         .await?;
     let (status, error) = orchestrator.get(&format!("/v1/sandboxes/{id}")).await?;
     assert_eq!(status, 404);
     assert_eq!(error["error"]["code"], "not_found");
-    assert_eq!(orchestrator.delete(&id).await?, 404);
+    assert_eq!(orchestrator.delete(id).await?, 404);
     assert!(orchestrator.containers().is_empty());
     Ok(())
 }
@@ -325,252 +369,6 @@ async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() -> anyh
         (200, Some(0))
     );
     assert!(orchestrator.containers().is_empty());
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_without_a_valid_key_or_token_are_refused() -> anyhow::Result<()> {
-    let orchestrator = Orchestrator::start(Options::default())?;
-    let (status, health) = orchestrator
-        .call(Method::GET, "/healthz", None, None)
-        .await?;
-    assert_eq!((status, &health["status"]), (200, &json!("ok")));
-    let (status, error) = orchestrator
-        .call(Method::GET, "/v1/sandboxes", None, None)
-        .await?;
-    assert_eq!(
-        (status, &error["error"]["code"]),
-        (401, &json!("unauthorized"))
-    );
-    let (status, _) = orchestrator
-        .call(Method::GET, "/v1/sandboxes", Some("abk_not-a-key"), None)
-        .await?;
-    assert_eq!(status, 401);
-    let (status, _) = orchestrator
-        .call(Method::GET, "/metrics", None, None)
-        .await?;
-    assert_eq!(status, 401);
-
-    let a = orchestrator.create(json!({})).await?;
-    let b = orchestrator.create(json!({})).await?;
-    let a_id = a["id"].as_str().unwrap();
-    let b_id = b["id"].as_str().unwrap();
-
-    // A user key sees only its own sandboxes; keys are admin business.
-    let (status, created) = orchestrator
-        .call(
-            Method::POST,
-            "/v1/keys",
-            Some(ADMIN_KEY),
-            Some(json!({"name": "alice"})),
-        )
-        .await?;
-    assert_eq!(status, 201, "{created}");
-    let alice = created["key"].as_str().unwrap().to_string();
-    let alice_id = created["id"].as_str().unwrap().to_string();
-    let (status, list) = orchestrator
-        .call(Method::GET, "/v1/sandboxes", Some(&alice), None)
-        .await?;
-    assert_eq!(
-        (status, list["sandboxes"].as_array().map(Vec::len)),
-        (200, Some(0))
-    );
-    let (status, _) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{a_id}"),
-            Some(&alice),
-            None,
-        )
-        .await?;
-    assert_eq!(status, 404);
-    let (status, _) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{a_id}/api/readyz"),
-            Some(&alice),
-            None,
-        )
-        .await?;
-    assert_eq!(status, 404);
-    let (status, _) = orchestrator
-        .call(
-            Method::DELETE,
-            &format!("/v1/sandboxes/{a_id}"),
-            Some(&alice),
-            None,
-        )
-        .await?;
-    assert_eq!(status, 404);
-    let (status, _) = orchestrator
-        .call(Method::GET, "/v1/keys", Some(&alice), None)
-        .await?;
-    assert_eq!(status, 403);
-    let (status, _) = orchestrator
-        .call(Method::GET, "/metrics", Some(&alice), None)
-        .await?;
-    assert_eq!(status, 403);
-    let (status, keys) = orchestrator.get("/v1/keys").await?;
-    assert_eq!(status, 200);
-    assert!(
-        !keys.to_string().contains(&alice),
-        "key text is never listed"
-    );
-    // Revoked: refused at once.
-    let (status, _) = orchestrator
-        .call(
-            Method::DELETE,
-            &format!("/v1/keys/{alice_id}"),
-            Some(ADMIN_KEY),
-            None,
-        )
-        .await?;
-    assert_eq!(status, 204);
-    let (status, error) = orchestrator
-        .call(Method::GET, "/v1/sandboxes", Some(&alice), None)
-        .await?;
-    assert_eq!(status, 401, "{error}");
-
-    // Viewer tokens: required, scoped to one sandbox, revocable.
-    let (status, _) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{a_id}/vnc/"),
-            None,
-            None,
-        )
-        .await?;
-    assert_eq!(status, 401);
-    let token_a = orchestrator.token(a_id, "control").await?;
-    let token_a_text = token_a["token"].as_str().unwrap();
-    let viewer_url = token_a["viewer_url"].as_str().unwrap();
-    assert!(
-        viewer_url.ends_with(&format!("/v1/sandboxes/{a_id}/vnc/?token={token_a_text}")),
-        "{viewer_url}"
-    );
-    let no_redirects = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()?;
-    let response = no_redirects.get(viewer_url).send().await?;
-    assert_eq!(response.status(), 303, "the token is traded for a cookie");
-    assert_eq!(
-        response.headers()["location"],
-        format!("/v1/sandboxes/{a_id}/vnc/").as_str(),
-        "and taken out of the address"
-    );
-    let cookie = response.headers()["set-cookie"].to_str()?.to_string();
-    for attribute in [
-        "HttpOnly",
-        "SameSite=Strict",
-        &format!("Path=/v1/sandboxes/{a_id}/vnc"),
-    ] {
-        assert!(cookie.contains(attribute), "{cookie}");
-    }
-    let session = cookie.split(';').next().unwrap().to_string();
-    let page = no_redirects
-        .get(orchestrator.u(&format!("/v1/sandboxes/{a_id}/vnc/")))
-        .header("cookie", &session)
-        .send()
-        .await?;
-    assert_eq!(page.status(), 200);
-    assert!(
-        page.headers()["content-security-policy"]
-            .to_str()?
-            .contains("script-src 'self'")
-    );
-    assert!(page.text().await?.contains("Agentbox · live desktop"));
-    let (status, error) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{b_id}/vnc/?token={token_a_text}"),
-            None,
-            None,
-        )
-        .await?;
-    assert_eq!(status, 403, "a token for another sandbox: {error}");
-    let tampered = format!("{}x", &token_a_text[..token_a_text.len() - 1]);
-    let (status, _) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{a_id}/vnc/?token={tampered}"),
-            None,
-            None,
-        )
-        .await?;
-    assert_eq!(status, 401);
-    // A view token does not open CDP; a control token does.
-    let view_a = orchestrator.token(a_id, "view").await?;
-    let (status, _) = orchestrator
-        .call(
-            Method::GET,
-            &format!(
-                "/v1/sandboxes/{a_id}/cdp/json/version?token={}",
-                view_a["token"].as_str().unwrap()
-            ),
-            None,
-            None,
-        )
-        .await?;
-    assert_eq!(status, 403);
-    let (status, version) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{a_id}/cdp/json/version?token={token_a_text}"),
-            None,
-            None,
-        )
-        .await?;
-    assert_eq!(status, 200, "{version}");
-    let (status, _) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{a_id}/cdp/json/version"),
-            None,
-            None,
-        )
-        .await?;
-    assert_eq!(status, 401);
-    // Revocation.
-    let (status, revoked) = orchestrator
-        .call(
-            Method::DELETE,
-            &format!(
-                "/v1/sandboxes/{a_id}/tokens/{}",
-                token_a["id"].as_str().unwrap()
-            ),
-            Some(ADMIN_KEY),
-            None,
-        )
-        .await?;
-    assert_eq!((status, &revoked["revoked"]), (200, &json!(1)));
-    let (status, _) = orchestrator
-        .call(
-            Method::GET,
-            &format!("/v1/sandboxes/{a_id}/vnc/?token={token_a_text}"),
-            None,
-            None,
-        )
-        .await?;
-    assert_eq!(status, 401);
-    // Bad token requests.
-    let (status, error) = orchestrator
-        .call(
-            Method::POST,
-            &format!("/v1/sandboxes/{a_id}/tokens"),
-            Some(ADMIN_KEY),
-            Some(json!({"scope": "admin"})),
-        )
-        .await?;
-    assert_eq!(status, 422, "{error}");
-    let (status, _) = orchestrator
-        .call(
-            Method::POST,
-            &format!("/v1/sandboxes/{a_id}/tokens"),
-            Some(ADMIN_KEY),
-            Some(json!({"scope": "view", "ttl_secs": 0})),
-        )
-        .await?;
-    assert_eq!(status, 422);
     Ok(())
 }
 
