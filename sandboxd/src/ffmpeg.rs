@@ -107,6 +107,17 @@ impl FfmpegJob {
         self.inner.stop().await
     }
 
+    /// For a job fed on its stdin, once that input has been closed: lets ffmpeg write what it
+    /// still holds and finish the file by itself (every frame sent is in it), and only if it
+    /// has not within [`STOP_WAIT`], stops it as [`FfmpegJob::stop`] does.
+    pub async fn stop_after_input(&self) -> ExitStatus {
+        self.inner.stop_requested.store(true, Ordering::SeqCst);
+        match tokio::time::timeout(STOP_WAIT, self.inner.wait()).await {
+            Ok(status) => status,
+            Err(_) => self.inner.stop().await,
+        }
+    }
+
     /// Stops ffmpeg if it still runs `limit` from now.
     pub fn watchdog(&self, limit: Duration) {
         let inner = self.inner.clone();

@@ -10,9 +10,9 @@
 //!
 //! Every recording is bounded: it stops by itself after `max_duration`, ffmpeg stops at the
 //! file size limit (`-fs`). A stop ends ffmpeg's input (its stdin closed once the queued frames
-//! are written) and stops the job as the display recorder does (SIGINT: ffmpeg finishes the
-//! file; its group killed if it has not within [`STOP_WAIT`]). [`PageRecorder::shutdown`] stops
-//! a recording when sandboxd exits.
+//! are written) and lets ffmpeg finish the file by itself; one that has not within
+//! [`STOP_WAIT`] is stopped as the display recorder's is (SIGINT, then its group killed).
+//! [`PageRecorder::shutdown`] stops a recording when sandboxd exits.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -428,9 +428,10 @@ impl Run {
             }
         }
         let _ = page.execute(StopScreencastParams::default()).await;
-        // The writer writes the frames still queued, then closes ffmpeg's input.
+        // The writer writes the frames still queued, then closes ffmpeg's input: ffmpeg encodes
+        // every frame sent and ends by itself.
         drop(frames_tx);
-        let status = job.stop().await;
+        let status = job.stop_after_input().await;
         match status {
             _ if job.killed() => "failed: ffmpeg did not finish in time and was killed".into(),
             // 255: ffmpeg's exit after the SIGINT of a stop, the file finished.
