@@ -540,28 +540,52 @@ impl Store {
     /// Records an artifact; replaces the row of the same name (a file saved again).
     pub async fn upsert_artifact(&self, artifact: &ArtifactRecord) -> Result<()> {
         let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
-        sqlx::query("DELETE FROM run_artifacts WHERE run_id = $1 AND name = $2")
-            .bind(&artifact.run_id)
-            .bind(&artifact.name)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error("replace artifact"))?;
-        sqlx::query(
-            "INSERT INTO run_artifacts (run_id, name, kind, size, content_type, sha256, \
-             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&artifact.run_id)
-        .bind(&artifact.name)
-        .bind(&artifact.kind)
-        .bind(artifact.size)
-        .bind(&artifact.content_type)
-        .bind(&artifact.sha256)
-        .bind(artifact.created_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(query_error("insert artifact"))?;
+        replace_artifact(&mut tx, artifact).await?;
         tx.commit().await.map_err(query_error("commit artifact"))?;
         Ok(())
+    }
+
+    /// Whether `lease_owner` still drives `run_id` (holds its lease, and the run has not ended):
+    /// asked before an artifact's bytes are written, so a process that lost the run, or a run
+    /// that ended, never replaces a kept file.
+    pub async fn drives_run(&self, run_id: &str, lease_owner: &str) -> Result<bool> {
+        let sql = format!(
+            "SELECT 1 FROM runs WHERE id = $1 AND lease_owner = $2 AND status NOT IN {TERMINAL}"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(run_id)
+            .bind(lease_owner)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("check the run's driver"))?;
+        Ok(row.is_some())
+    }
+
+    /// Records `artifact` as [`upsert_artifact`](Self::upsert_artifact) does, only while
+    /// `lease_owner` drives its run (the run's row is locked for the check, as an event's
+    /// append locks it); false when it does not, and nothing is written.
+    pub async fn keep_artifact(
+        &self,
+        artifact: &ArtifactRecord,
+        lease_owner: &str,
+    ) -> Result<bool> {
+        let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
+        let sql = format!(
+            "UPDATE runs SET updated_at = updated_at WHERE id = $1 AND lease_owner = $2 AND \
+             status NOT IN {TERMINAL} RETURNING id"
+        );
+        let held = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(&artifact.run_id)
+            .bind(lease_owner)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(query_error("lock the run"))?;
+        if held.is_none() {
+            return Ok(false);
+        }
+        replace_artifact(&mut tx, artifact).await?;
+        tx.commit().await.map_err(query_error("commit artifact"))?;
+        Ok(true)
     }
 
     /// A run's artifacts, by name.
@@ -640,4 +664,32 @@ fn artifact_from_row(row: &AnyRow) -> Result<ArtifactRecord> {
         sha256: get(row, "sha256")?,
         created_at: get(row, "created_at")?,
     })
+}
+
+/// Replaces `artifact`'s row (same run and name) inside `tx`.
+async fn replace_artifact(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    artifact: &ArtifactRecord,
+) -> Result<()> {
+    sqlx::query("DELETE FROM run_artifacts WHERE run_id = $1 AND name = $2")
+        .bind(&artifact.run_id)
+        .bind(&artifact.name)
+        .execute(&mut **tx)
+        .await
+        .map_err(query_error("replace artifact"))?;
+    sqlx::query(
+        "INSERT INTO run_artifacts (run_id, name, kind, size, content_type, sha256, \
+         created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(&artifact.run_id)
+    .bind(&artifact.name)
+    .bind(&artifact.kind)
+    .bind(artifact.size)
+    .bind(&artifact.content_type)
+    .bind(&artifact.sha256)
+    .bind(artifact.created_at)
+    .execute(&mut **tx)
+    .await
+    .map_err(query_error("insert artifact"))?;
+    Ok(())
 }

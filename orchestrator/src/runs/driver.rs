@@ -228,13 +228,18 @@ async fn drive(
             }
         })
     };
+    let driving = Driving {
+        runs: runs.clone(),
+        sandbox_id: sandbox.id.clone(),
+        copier,
+    };
     let runner =
         Runner::new(computer, model, sink.clone(), config).with_control(active.control.clone());
     let result = match checkpoint {
         Some(checkpoint) => runner.resume(checkpoint).await,
         None => runner.run().await,
     };
-    copier.abort();
+    driving.copier.abort();
     match result {
         Ok(outcome) => {
             tracing::info!(status = ?outcome.status, steps = outcome.steps, "run ended");
@@ -244,8 +249,25 @@ async fn drive(
         }
         Err(error) => fail(&sink, ErrorKind::Internal, error.to_string()).await,
     }
-    // Whatever happened, the person gets the desktop back.
-    runs.sandboxes.set_control_input(&sandbox.id, true);
+    drop(driving);
+}
+
+/// While the agent drives: the control viewers' input closed and the outputs copier running.
+/// Dropping it stops the copier and gives the person the desktop back, however the driver
+/// stops, its future dropped on a lost lease included.
+struct Driving {
+    runs: Arc<Runs>,
+    sandbox_id: String,
+    copier: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        self.copier.abort();
+        self.runs
+            .sandboxes
+            .set_control_input(&self.sandbox_id, true);
+    }
 }
 
 /// The computer the loop drives and the sink's link, for a ready sandbox (through the runs'

@@ -347,6 +347,9 @@ async fn a_driver_whose_lease_is_taken_stops_at_once_and_writes_nothing_more() {
     // The service no longer answers for it.
     let refused = runs.cancel(&run.id, Some(OWNER)).await;
     assert!(matches!(refused, Err(RunError::Conflict(_))), "{refused:?}");
+    // And the person has the desktop back through this process (the driver's gate went with
+    // it; it used to stay closed for good).
+    assert!(*f.h.sandboxes.control_gate(&sandbox.id).borrow());
 }
 
 #[tokio::test]
@@ -614,4 +617,20 @@ async fn nothing_is_written_after_the_terminal_status() {
     assert_eq!(after.status, RunStatus::Completed);
     assert_eq!(after.last_seq, row.last_seq);
     assert_eq!(after.answer.as_deref(), Some("done"));
+    // Nor is a late output kept: no row, no file (a late copy used to add `outputs/late.txt`
+    // to a completed run's artifacts, with no event saying so).
+    let artifacts = f.h.store.artifacts(&run.id).await.unwrap();
+    assert!(
+        artifacts.iter().all(|a| a.name != "outputs/late.txt"),
+        "{artifacts:?}"
+    );
+    let file = runs
+        .artifacts
+        .get(&run.id, "outputs/late.txt")
+        .await
+        .unwrap();
+    assert!(
+        file.is_none(),
+        "the late output was written to the artifact store"
+    );
 }

@@ -41,6 +41,9 @@ enum KeepError {
     OverBudget(String),
     #[error("{0}")]
     Failed(String),
+    /// The run ended, or another process drives it now: nothing more is kept.
+    #[error("the run ended or is driven by another process; nothing more is kept")]
+    NotDriving,
 }
 
 /// The loop's sink for one run.
@@ -212,6 +215,10 @@ impl RunSink {
                         return;
                     }
                 }
+                Err(KeepError::NotDriving) => {
+                    tracing::debug!(run_id = %self.run_id, "the run ended or moved; outputs no longer copied");
+                    return;
+                }
                 Err(error) => {
                     tracing::warn!(run_id = %self.run_id, %name, %error, "keeping an output failed");
                 }
@@ -267,6 +274,16 @@ impl RunSink {
         bytes: Bytes,
     ) -> Result<ArtifactRecord, KeepError> {
         self.check_budget(name, bytes.len()).await?;
+        let driving = self
+            .runs
+            .store
+            .drives_run(&self.run_id, &self.runs.lease_owner);
+        if !driving
+            .await
+            .map_err(|e| KeepError::Failed(e.to_string()))?
+        {
+            return Err(KeepError::NotDriving);
+        }
         let record = ArtifactRecord {
             run_id: self.run_id.clone(),
             name: name.to_string(),
@@ -281,11 +298,13 @@ impl RunSink {
             .put(&self.run_id, name, bytes)
             .await
             .map_err(|e| KeepError::Failed(e.to_string()))?;
-        self.runs
+        let kept = self
+            .runs
             .store
-            .upsert_artifact(&record)
-            .await
-            .map_err(|e| KeepError::Failed(e.to_string()))?;
+            .keep_artifact(&record, &self.runs.lease_owner);
+        if !kept.await.map_err(|e| KeepError::Failed(e.to_string()))? {
+            return Err(KeepError::NotDriving);
+        }
         Ok(record)
     }
 
@@ -395,6 +414,7 @@ impl EventSink for RunSink {
             Err(KeepError::OverBudget(reason)) => {
                 self.skipped(&name, image.len(), &reason).await.map(drop)
             }
+            Err(error @ KeepError::NotDriving) => Err(SinkError(error.to_string())),
             Err(KeepError::Failed(message)) => Err(SinkError(message)),
         }
     }
