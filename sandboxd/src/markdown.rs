@@ -4,7 +4,7 @@
 //! any stack: [`nesting_depth`] estimates the depth first (an over-estimate: it follows open and
 //! close tags, closing only the implied ends HTML itself closes most often) and a document
 //! deeper than [`MAX_DEPTH`] is refused. The conversion runs on a thread of its own with a large
-//! stack, like the browser's page Markdown.
+//! stack ([`convert`], which the browser's page Markdown uses too: the one converter).
 
 /// The largest HTML converted, in bytes.
 pub const MAX_SOURCE_BYTES: usize = 4 << 20;
@@ -110,6 +110,14 @@ pub async fn html_to_markdown(html: String) -> Result<String, MarkdownError> {
     if depth > MAX_DEPTH {
         return Err(MarkdownError::TooDeep { depth });
     }
+    convert(html).await
+}
+
+/// Converts `html` to Markdown with no bound of its own, on a thread with a large stack (the
+/// converter recurses once per element level, and sandboxd's runtime threads have small
+/// stacks): for HTML whose depth the caller bounded already, as the browser's page Markdown
+/// does in the page. Everything else goes through [`html_to_markdown`].
+pub async fn convert(html: String) -> Result<String, MarkdownError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("markdown".into())

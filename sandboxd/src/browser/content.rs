@@ -25,8 +25,6 @@ const MAX_MARKDOWN_SOURCE_CHARS: usize = 4_000_000;
 /// Elements nested deeper than this are flattened to text before conversion (the converter
 /// recurses once per level).
 const MAX_MARKDOWN_DEPTH: usize = 200;
-/// Stack of the thread that converts HTML to Markdown.
-const MARKDOWN_STACK: usize = 32 * 1024 * 1024;
 /// Tallest full-page screenshot, in CSS pixels (Chromium's texture limit).
 const MAX_FULL_PAGE: f64 = 16_384.0;
 
@@ -245,20 +243,12 @@ async fn capture(page: &Page, options: ScreenshotOptions) -> Result<Screenshot, 
     })
 }
 
-/// Converts HTML to Markdown on a thread of its own with a large stack: the converter recurses
-/// once per element level, and sandboxd's runtime threads have small stacks.
+/// Converts the page's HTML (its depth bounded in the page) with the one converter,
+/// [`crate::markdown::convert`].
 async fn to_markdown(html: String) -> Result<String, BrowserError> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("markdown".into())
-        .stack_size(MARKDOWN_STACK)
-        .spawn(move || {
-            let _ = tx.send(htmd::convert(&html));
-        })
-        .map_err(|e| BrowserError::Protocol(format!("cannot start the Markdown converter: {e}")))?;
-    rx.await
-        .map_err(|_| BrowserError::Protocol("the Markdown converter stopped".into()))?
-        .map_err(|e| BrowserError::Protocol(format!("converting to Markdown: {e}")))
+    crate::markdown::convert(html)
+        .await
+        .map_err(|e| BrowserError::Protocol(e.to_string()))
 }
 
 #[cfg(test)]
