@@ -204,6 +204,7 @@ fn test_only_modules(files: &[(&SourceFile, Vec<String>)]) -> Vec<Vec<String>> {
             let declared = line
                 .trim()
                 .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub(super) ")
                 .trim_start_matches("pub ")
                 .strip_prefix("mod ")
                 .and_then(|rest| rest.strip_suffix(';'));
