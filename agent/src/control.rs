@@ -60,7 +60,7 @@ pub(crate) enum Release {
 
 /// What ends a wait for input.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum InputSignal {
+pub enum InputSignal {
     Cancel,
     TakeOver,
     Answer(String),
@@ -196,9 +196,11 @@ impl Control {
         Ok(())
     }
 
-    // --- The loop's side. ---
+    // --- The loop's side (the `Runner`'s, or another driver's: a run backend that does not
+    // drive a computer, such as the orchestrator's A2A conformance executor). ---
 
-    pub(crate) fn set_phase(&self, phase: Phase) {
+    /// Says where the driver is; requests waiting on a phase resolve by it.
+    pub fn set_phase(&self, phase: Phase) {
         self.inner.phase.send_replace(phase);
     }
 
@@ -230,7 +232,7 @@ impl Control {
     }
 
     /// Waits for a cancel request only.
-    pub(crate) async fn wait_cancel(&self) {
+    pub async fn wait_cancel(&self) {
         loop {
             if self.requests().cancel {
                 return;
@@ -257,7 +259,7 @@ impl Control {
     }
 
     /// Waits, while waiting for input, for a cancel, a takeover or an answer (consumed).
-    pub(crate) async fn wait_input(&self) -> InputSignal {
+    pub async fn wait_input(&self) -> InputSignal {
         loop {
             {
                 let mut requests = self.requests();

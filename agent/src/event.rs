@@ -111,6 +111,8 @@ pub enum ErrorKind {
     SandboxError,
     /// The program driving the loop failed (its store, a stored state it cannot read).
     Internal,
+    /// The agent declined the task (an A2A agent's `rejected`): the run failed without trying.
+    Rejected,
 }
 
 impl ErrorKind {
@@ -126,6 +128,7 @@ impl ErrorKind {
             Self::Limit => "limit",
             Self::SandboxError => "sandbox_error",
             Self::Internal => "internal",
+            Self::Rejected => "rejected",
         }
     }
 }

@@ -50,9 +50,10 @@ pub use computer::{
     ActionReport, Computer, ComputerError, EditCommand, EditOutcome, SandboxdComputer,
     SettleReport, ShellOutcome,
 };
-pub use control::{Control, ControlError, Phase};
+pub use control::{Control, ControlError, InputSignal, Phase};
 pub use event::{
-    ActionOutcome, ErrorKind, EventSink, RecordingSink, RunEvent, RunStatus, SinkError, Timings,
+    ActionOutcome, ErrorKind, EventSink, InputKind, RecordingSink, RunEvent, RunStatus, SinkError,
+    Timings,
 };
 pub use model::{
     Model, ModelError, ModelInfo, ModelOptions, ModelSpec, ModelTurn, SetupError, SpecError,

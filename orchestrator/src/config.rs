@@ -153,6 +153,15 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub egress_allow: Vec<String>,
+    /// The model a task sent over A2A runs with when its message does not name one in its
+    /// metadata (`model`), e.g. `anthropic:claude-sonnet-4-5` or `script:demo.json`.
+    #[arg(long, env = "AGENTBOX_A2A_MODEL")]
+    pub a2a_model: Option<String>,
+    /// Offers the A2A conformance executor (model `conformance`): tasks answered by the
+    /// prefix of their message id, as the A2A conformance kit expects, with no sandbox. A
+    /// testing aid; off by default.
+    #[arg(long, env = "AGENTBOX_A2A_CONFORMANCE", default_value_t = false)]
+    pub a2a_conformance: bool,
     /// Admin key to install (at least 24 characters). Default: one is generated at first start
     /// and printed once.
     #[arg(long, env = "AGENTBOX_ADMIN_KEY", hide_env_values = true)]
@@ -197,6 +206,10 @@ pub struct Settings {
     pub master_key_file: PathBuf,
     pub egress: crate::backend::egress::EgressPolicy,
     pub egress_allow: Vec<ipnet::Ipv4Net>,
+    /// The model of A2A tasks whose message names none.
+    pub a2a_model: Option<String>,
+    /// Whether the A2A conformance executor is offered.
+    pub a2a_conformance: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -214,7 +227,75 @@ fn invalid(flag: &'static str, message: impl Into<String>) -> ConfigError {
 }
 
 impl ServeArgs {
+    /// Checks every flag and turns them into the [`Settings`] the server runs with; a bad flag
+    /// is a [`ConfigError`] naming it.
     pub fn settings(self) -> Result<Settings, ConfigError> {
+        self.check_bounds()?;
+        let sandbox_subnets = sandbox_subnets(&self.sandbox_subnets)?;
+        let database_url = database_url(self.database_url.as_deref(), &self.data_dir)?;
+        let egress_allow = egress_allow(&self.egress_allow)?;
+        let public_url = public_url(self.public_url.as_deref())?;
+        let master_key_file = self
+            .master_key_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("master.key"));
+        Ok(Settings {
+            listen: self.listen,
+            data_dir: self.data_dir,
+            scripts_dir: self.scripts_dir,
+            run_lease: Duration::from_secs(self.run_lease_secs),
+            database_url,
+            public_url,
+            image: self.image,
+            allowed_images: self
+                .allowed_images
+                .into_iter()
+                .filter(|i| !i.is_empty())
+                .collect(),
+            network: self.network,
+            sandbox_subnets,
+            instance: self.instance.filter(|i| !i.is_empty()),
+            pool_size: self.pool_size,
+            max_concurrent_starts: if self.max_concurrent_starts == 0 {
+                std::thread::available_parallelism()
+                    .map_or(2, |n| n.get())
+                    .max(2)
+            } else {
+                self.max_concurrent_starts
+            },
+            limits: Limits {
+                memory_mib: self.memory_mib,
+                cpus: self.cpus,
+                pids: self.pids,
+                shm_mib: self.shm_mib,
+                disk_mib: self.disk_mib,
+            },
+            idle_timeout_secs: self.idle_timeout_secs,
+            max_lifetime_secs: self.max_lifetime_secs,
+            lifetime_cap_secs: self.lifetime_cap_secs,
+            ready_timeout: Duration::from_secs(self.ready_timeout_secs.max(1)),
+            heartbeat: Duration::from_secs(self.heartbeat_secs),
+            reaper_interval: Duration::from_millis(self.reaper_interval_ms),
+            lost_retention: Duration::from_secs(self.lost_retention_secs),
+            admin_key: self.admin_key.filter(|k| !k.is_empty()),
+            log_format: self.log_format,
+            max_sandboxes_per_key: self.max_sandboxes_per_key,
+            relays_per_key: self.relays_per_key,
+            relay_unfinished: Duration::from_secs(self.relay_unfinished_secs),
+            run_artifact_bytes: self.run_artifacts_mib * 1024 * 1024,
+            key_artifact_bytes: self.key_artifacts_mib * 1024 * 1024,
+            run_retention: (self.run_retention_days > 0)
+                .then(|| Duration::from_secs(self.run_retention_days * 86_400)),
+            master_key_file,
+            egress: self.egress,
+            egress_allow,
+            a2a_model: self.a2a_model.filter(|m| !m.trim().is_empty()),
+            a2a_conformance: self.a2a_conformance,
+        })
+    }
+
+    /// The numeric flags, each within its range.
+    fn check_bounds(&self) -> Result<(), ConfigError> {
         if self.cpus <= 0.0 || self.cpus > 256.0 {
             return Err(invalid("cpus", "must be in (0, 256]"));
         }
@@ -269,123 +350,82 @@ impl ServeArgs {
         if self.network.is_empty() {
             return Err(invalid("network", "must not be empty"));
         }
-        let sandbox_subnets = self
-            .sandbox_subnets
-            .trim()
-            .parse::<ipnet::Ipv4Net>()
-            .map_err(|_| {
-                invalid(
-                    "sandbox-subnets",
-                    format!("{:?} is not an IPv4 CIDR range", self.sandbox_subnets),
-                )
-            })?
-            .trunc();
-        if sandbox_subnets.prefix_len() > crate::backend::networks::SANDBOX_SUBNET_PREFIX {
-            return Err(invalid(
-                "sandbox-subnets",
-                format!(
-                    "must hold at least one /{} (a sandbox's network)",
-                    crate::backend::networks::SANDBOX_SUBNET_PREFIX
-                ),
-            ));
-        }
-        let database_url = match self.database_url.filter(|u| !u.is_empty()) {
-            Some(url)
-                if url.starts_with("postgres://")
-                    || url.starts_with("postgresql://")
-                    || url.starts_with("sqlite:") =>
-            {
-                url
-            }
-            Some(_) => {
-                return Err(invalid(
-                    "database-url",
-                    "must start with postgres://, postgresql:// or sqlite:",
-                ));
-            }
-            None => crate::db::sqlite_url(&self.data_dir),
-        };
-        let egress_allow = self
-            .egress_allow
-            .iter()
-            .filter(|c| !c.trim().is_empty())
-            .map(|c| {
-                let c = c.trim();
-                c.parse::<ipnet::Ipv4Net>()
-                    .or_else(|_| c.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
-                    .map_err(|_| {
-                        invalid(
-                            "egress-allow",
-                            format!("{c:?} is not an IPv4 address or CIDR range"),
-                        )
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let master_key_file = self
-            .master_key_file
-            .clone()
-            .unwrap_or_else(|| self.data_dir.join("master.key"));
-        let public_url = self
-            .public_url
-            .map(|u| u.trim_end_matches('/').to_string())
-            .filter(|u| !u.is_empty());
-        if let Some(url) = &public_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
-        {
-            return Err(invalid("public-url", "must start with http:// or https://"));
-        }
-        Ok(Settings {
-            listen: self.listen,
-            data_dir: self.data_dir,
-            scripts_dir: self.scripts_dir,
-            run_lease: Duration::from_secs(self.run_lease_secs),
-            database_url,
-            public_url,
-            image: self.image,
-            allowed_images: self
-                .allowed_images
-                .into_iter()
-                .filter(|i| !i.is_empty())
-                .collect(),
-            network: self.network,
-            sandbox_subnets,
-            instance: self.instance.filter(|i| !i.is_empty()),
-            pool_size: self.pool_size,
-            max_concurrent_starts: if self.max_concurrent_starts == 0 {
-                std::thread::available_parallelism()
-                    .map_or(2, |n| n.get())
-                    .max(2)
-            } else {
-                self.max_concurrent_starts
-            },
-            limits: Limits {
-                memory_mib: self.memory_mib,
-                cpus: self.cpus,
-                pids: self.pids,
-                shm_mib: self.shm_mib,
-                disk_mib: self.disk_mib,
-            },
-            idle_timeout_secs: self.idle_timeout_secs,
-            max_lifetime_secs: self.max_lifetime_secs,
-            lifetime_cap_secs: self.lifetime_cap_secs,
-            ready_timeout: Duration::from_secs(self.ready_timeout_secs.max(1)),
-            heartbeat: Duration::from_secs(self.heartbeat_secs),
-            reaper_interval: Duration::from_millis(self.reaper_interval_ms),
-            lost_retention: Duration::from_secs(self.lost_retention_secs),
-            admin_key: self.admin_key.filter(|k| !k.is_empty()),
-            log_format: self.log_format,
-            max_sandboxes_per_key: self.max_sandboxes_per_key,
-            relays_per_key: self.relays_per_key,
-            relay_unfinished: Duration::from_secs(self.relay_unfinished_secs),
-            run_artifact_bytes: self.run_artifacts_mib * 1024 * 1024,
-            key_artifact_bytes: self.key_artifacts_mib * 1024 * 1024,
-            run_retention: (self.run_retention_days > 0)
-                .then(|| Duration::from_secs(self.run_retention_days * 86_400)),
-            master_key_file,
-            egress: self.egress,
-            egress_allow,
-        })
+        Ok(())
     }
+}
+
+/// `--sandbox-subnets`: an IPv4 range holding at least one sandbox network.
+fn sandbox_subnets(text: &str) -> Result<ipnet::Ipv4Net, ConfigError> {
+    let subnets = text
+        .trim()
+        .parse::<ipnet::Ipv4Net>()
+        .map_err(|_| {
+            invalid(
+                "sandbox-subnets",
+                format!("{text:?} is not an IPv4 CIDR range"),
+            )
+        })?
+        .trunc();
+    if subnets.prefix_len() > crate::backend::networks::SANDBOX_SUBNET_PREFIX {
+        return Err(invalid(
+            "sandbox-subnets",
+            format!(
+                "must hold at least one /{} (a sandbox's network)",
+                crate::backend::networks::SANDBOX_SUBNET_PREFIX
+            ),
+        ));
+    }
+    Ok(subnets)
+}
+
+/// `--database-url`: Postgres or SQLite; SQLite in the data directory when not given.
+fn database_url(url: Option<&str>, data_dir: &std::path::Path) -> Result<String, ConfigError> {
+    match url.filter(|u| !u.is_empty()) {
+        Some(url)
+            if url.starts_with("postgres://")
+                || url.starts_with("postgresql://")
+                || url.starts_with("sqlite:") =>
+        {
+            Ok(url.to_string())
+        }
+        Some(_) => Err(invalid(
+            "database-url",
+            "must start with postgres://, postgresql:// or sqlite:",
+        )),
+        None => Ok(crate::db::sqlite_url(data_dir)),
+    }
+}
+
+/// `--egress-allow`: IPv4 addresses or ranges (blank entries ignored).
+fn egress_allow(entries: &[String]) -> Result<Vec<ipnet::Ipv4Net>, ConfigError> {
+    entries
+        .iter()
+        .map(|c| c.trim())
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            c.parse::<ipnet::Ipv4Net>()
+                .or_else(|_| c.parse::<std::net::Ipv4Addr>().map(ipnet::Ipv4Net::from))
+                .map_err(|_| {
+                    invalid(
+                        "egress-allow",
+                        format!("{c:?} is not an IPv4 address or CIDR range"),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// `--public-url`: an http(s) URL without its trailing slash, or none.
+fn public_url(url: Option<&str>) -> Result<Option<String>, ConfigError> {
+    let url = url
+        .map(|u| u.trim_end_matches('/').to_string())
+        .filter(|u| !u.is_empty());
+    if let Some(url) = &url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        return Err(invalid("public-url", "must start with http:// or https://"));
+    }
+    Ok(url)
 }
 
 #[cfg(test)]

@@ -294,6 +294,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "share links",
         include_str!("../migrations/0005_share_links.sql"),
     ),
+    (6, "a2a", include_str!("../migrations/0006_a2a.sql")),
 ];
 
 fn migrator() -> sqlx::migrate::Migrator {

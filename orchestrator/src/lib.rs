@@ -21,6 +21,7 @@
 //! - [`secret`]: random secrets, ids, hashes and time helpers; [`clock`]: the time as the
 //!   lifecycle reads it (a trait, so tests can move it).
 
+pub mod a2a;
 pub mod api;
 pub mod auth;
 pub mod backend;
@@ -38,6 +39,7 @@ pub mod sandboxes;
 pub mod secret;
 pub mod sessions;
 pub mod tokens;
+pub mod validate;
 
 #[cfg(test)]
 pub(crate) mod testing;

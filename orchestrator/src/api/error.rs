@@ -11,6 +11,7 @@ use crate::backend::BackendError;
 use crate::db::StoreError;
 use crate::runs::RunError;
 use crate::sandboxes::SandboxError;
+use crate::validate::Invalid;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -125,7 +126,7 @@ impl From<agentbox_http::fallback::RouteError> for ApiError {
 impl From<SandboxError> for ApiError {
     fn from(error: SandboxError) -> Self {
         match error {
-            SandboxError::Invalid { .. } => ApiError::invalid(error.to_string()),
+            SandboxError::Invalid(_) => ApiError::invalid(error.to_string()),
             SandboxError::NotFound(_)
             | SandboxError::TokenNotFound { .. }
             | SandboxError::ShareLinkNotFound { .. } => ApiError::not_found(error.to_string()),
@@ -162,9 +163,9 @@ impl From<SandboxError> for ApiError {
 impl From<RunError> for ApiError {
     fn from(error: RunError) -> Self {
         match error {
-            RunError::Invalid { field, .. } => {
-                let loc = match field {
-                    "Idempotency-Key" => vec!["header".to_string(), field.to_string()],
+            RunError::Invalid(Invalid { ref field, .. }) => {
+                let loc = match field.as_str() {
+                    "Idempotency-Key" => vec!["header".to_string(), field.clone()],
                     _ => std::iter::once("body")
                         .chain(field.split('.'))
                         .map(str::to_string)

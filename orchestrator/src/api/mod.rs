@@ -4,7 +4,8 @@
 //! Layout: one file per resource, each with `routes()`; [`types`] holds every wire type;
 //! [`error`] is the one error type; [`proxy`] serves `/api`, `/vnc` and `/cdp` of a sandbox.
 //!
-//! Authentication: `Authorization: Bearer <api key>` on everything but `/healthz`; the VNC
+//! Authentication: `Authorization: Bearer <api key>` on everything but `/healthz` and the A2A
+//! Agent Card ([`a2a`] checks the key of its endpoint itself, to answer 401 as A2A asks); the VNC
 //! routes take a viewer token instead (query parameter `token` or cookie), the CDP routes either.
 //! A web console sign-in ([`callers`]) stands in for the key header: its cookie authenticates
 //! the keyed routes (all but the sandbox API proxy) and the desktop WebSocket, and a request
@@ -12,6 +13,7 @@
 //!
 //! **Invariant:** only this module knows status codes and JSON shapes.
 
+pub mod a2a;
 pub mod assets;
 pub mod callers;
 pub mod console;
@@ -39,6 +41,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 
+use crate::a2a::tasks::Tasks;
 use crate::auth::{ApiKeys, Caller};
 use crate::console::ConsoleSessions;
 use crate::metrics::Metrics;
@@ -66,6 +69,8 @@ pub struct AppState {
     pub allowed_origins: Arc<Vec<String>>,
     /// The WebSocket relay sessions each key holds.
     pub relays: Arc<relays::Relays>,
+    /// A2A's task operations (over `runs`).
+    pub a2a: Arc<Tasks>,
     request_ids: RequestIds,
 }
 
@@ -86,7 +91,13 @@ impl AppState {
             sandboxes.settings().relays_per_key,
             sandboxes.settings().relay_unfinished,
         );
+        let a2a = Tasks::new(
+            runs.clone(),
+            public_url.clone(),
+            sandboxes.settings().a2a_model.clone(),
+        );
         Self {
+            a2a,
             sandboxes,
             runs,
             keys,
@@ -156,6 +167,7 @@ pub fn router(state: AppState) -> Router {
     let routes = public
         .merge(keyed)
         .merge(proxy::token_routes())
+        .merge(a2a::routes())
         .merge(assets::routes())
         .merge(console::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), observe));
@@ -173,6 +185,11 @@ pub fn router(state: AppState) -> Router {
 impl AppState {
     /// Uses `runs` (the one `serve` also resumes orphaned runs with).
     pub fn with_runs(mut self, runs: Arc<Runs>) -> Self {
+        self.a2a = Tasks::new(
+            runs.clone(),
+            self.public_url.to_string(),
+            self.sandboxes.settings().a2a_model.clone(),
+        );
         self.runs = runs;
         self
     }

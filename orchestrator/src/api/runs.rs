@@ -156,6 +156,7 @@ pub async fn create(
                 max_images: limits.max_images,
                 metadata: request.metadata.unwrap_or_default(),
                 idempotency_key,
+                ..RunRequest::default()
             },
         )
         .await?;
@@ -384,7 +385,8 @@ pub(super) enum StreamAuthority {
 }
 
 impl StreamAuthority {
-    async fn stands(&self, state: &AppState) -> bool {
+    /// Whether what the stream was opened under still stands.
+    pub(super) async fn stands(&self, state: &AppState) -> bool {
         match self {
             StreamAuthority::Key(key_id) => matches!(
                 state.runs.store().key(key_id).await,
@@ -445,7 +447,7 @@ pub(super) fn event_stream(
 
 /// A stream fed by a task: `produce` gets the sending half; the stream ends when it returns,
 /// and the task stops when the client goes away (its sends fail).
-fn async_stream_of<F, Fut>(
+pub(super) fn async_stream_of<F, Fut>(
     produce: F,
 ) -> impl futures_util::Stream<Item = Result<SseEvent, Infallible>>
 where

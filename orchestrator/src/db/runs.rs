@@ -39,6 +39,10 @@ pub struct RunRecord {
     pub created_at: i64,
     pub updated_at: i64,
     pub ended_at: Option<i64>,
+    /// The A2A context the run belongs to (`None`: its own id stands for it).
+    pub context_id: Option<String>,
+    /// The id of the A2A message that created it.
+    pub message_id: Option<String>,
 }
 
 /// One stored event.
@@ -83,16 +87,66 @@ pub enum RunInsert {
     SandboxBusy,
 }
 
-/// Which runs to list.
+/// Which runs to list, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub owner_key_id: Option<String>,
     pub status: Option<RunStatus>,
+    /// Runs of this A2A context (a run without one is its own context).
+    pub context_id: Option<String>,
+    /// Order by the last change (`updated_at`) rather than by creation.
+    pub by_update: bool,
+    /// Only runs after this one in the order (keyset paging): its time and id.
+    pub after: Option<(i64, String)>,
+    /// At most this many.
+    pub limit: Option<i64>,
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
+
+impl RunFilter {
+    /// The owner, status and context conditions (`1 = 1` when none), and the number of
+    /// placeholders they use.
+    fn conditions(&self) -> (String, usize) {
+        let mut sql = "1 = 1".to_string();
+        let mut n = 0;
+        if self.owner_key_id.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND owner_key_id = ${n}"));
+        }
+        if self.status.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND status = ${n}"));
+        }
+        if self.context_id.is_some() {
+            sql.push_str(&format!(
+                " AND (context_id = ${} OR (context_id IS NULL AND id = ${}))",
+                n + 1,
+                n + 2
+            ));
+            n += 2;
+        }
+        (sql, n)
+    }
+
+    /// Binds what [`conditions`](Self::conditions) names, in its order.
+    fn bind<'q>(&'q self, mut query: AnyQuery<'q>) -> AnyQuery<'q> {
+        if let Some(owner) = &self.owner_key_id {
+            query = query.bind(owner);
+        }
+        if let Some(status) = self.status {
+            query = query.bind(status.as_str());
+        }
+        if let Some(context) = &self.context_id {
+            query = query.bind(context).bind(context);
+        }
+        query
+    }
 }
 
 const RUN_COLUMNS: &str = "id, owner_key_id, task, model, sandbox_id, sandbox_taken, status, \
     limits, metadata, idempotency_key, request_hash, answer, reason, lease_owner, \
-    lease_expires_at, last_seq, created_at, updated_at, ended_at";
+    lease_expires_at, last_seq, created_at, updated_at, ended_at, context_id, message_id";
 
 const TERMINAL: &str = "('completed', 'failed', 'canceled')";
 
@@ -114,7 +168,7 @@ impl Store {
         }
         let sql = format!(
             "INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-             $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+             $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
         );
         let done = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&run.id)
@@ -136,6 +190,8 @@ impl Store {
             .bind(run.created_at)
             .bind(run.updated_at)
             .bind(run.ended_at)
+            .bind(&run.context_id)
+            .bind(&run.message_id)
             .execute(&self.writer)
             .await;
         match done {
@@ -179,31 +235,53 @@ impl Store {
         row.as_ref().map(run_from_row).transpose()
     }
 
-    /// Runs, newest first.
+    /// Runs, newest first (by creation, or by last change with `by_update`).
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
-        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
-        let mut n = 0;
-        if filter.owner_key_id.is_some() {
-            n += 1;
-            sql.push_str(&format!(" AND owner_key_id = ${n}"));
+        let (conditions, mut n) = filter.conditions();
+        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE {conditions}");
+        let time = if filter.by_update {
+            "updated_at"
+        } else {
+            "created_at"
+        };
+        if filter.after.is_some() {
+            sql.push_str(&format!(
+                " AND ({time} < ${} OR ({time} = ${} AND id < ${}))",
+                n + 1,
+                n + 2,
+                n + 3
+            ));
+            n += 3;
         }
-        if filter.status.is_some() {
-            n += 1;
-            sql.push_str(&format!(" AND status = ${n}"));
+        sql.push_str(&format!(" ORDER BY {time} DESC, id DESC"));
+        if filter.limit.is_some() {
+            sql.push_str(&format!(" LIMIT ${}", n + 1));
         }
-        sql.push_str(" ORDER BY created_at DESC, id DESC");
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        if let Some(owner) = &filter.owner_key_id {
-            query = query.bind(owner);
+        let mut query = filter.bind(sqlx::query(sqlx::AssertSqlSafe(sql)));
+        if let Some((time, id)) = &filter.after {
+            query = query.bind(*time).bind(*time).bind(id);
         }
-        if let Some(status) = filter.status {
-            query = query.bind(status.as_str());
+        if let Some(limit) = filter.limit {
+            query = query.bind(limit);
         }
         let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(query_error("list runs"))?;
         rows.iter().map(run_from_row).collect()
+    }
+
+    /// How many runs match `filter`'s owner, status and context (its paging ignored).
+    pub async fn count_runs(&self, filter: &RunFilter) -> Result<usize> {
+        let (conditions, _) = filter.conditions();
+        let sql = format!("SELECT COUNT(*) AS n FROM runs WHERE {conditions}");
+        let row = filter
+            .bind(sqlx::query(sqlx::AssertSqlSafe(sql)))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error("count runs"))?;
+        let count: i64 = get(&row, "n")?;
+        Ok(usize::try_from(count).unwrap_or(0))
     }
 
     /// Records the sandbox a queued run took. Fails (`Ok(false)`) when the sandbox has another
@@ -646,6 +724,8 @@ fn run_from_row(row: &AnyRow) -> Result<RunRecord> {
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
         ended_at: get(row, "ended_at")?,
+        context_id: get(row, "context_id")?,
+        message_id: get(row, "message_id")?,
     })
 }
 

@@ -1,5 +1,5 @@
-//! Drives one run in its own task: writes `queued`, takes a sandbox (warm pool first) unless
-//! the caller named one, builds the model and the computer, closes the control viewers' input,
+//! Drives one run in its own task: writes `queued`, hands a run of the conformance executor to
+//! [`super::conformance`]; otherwise takes a sandbox (warm pool first) unless the caller named one, builds the model and the computer, closes the control viewers' input,
 //! runs the loop (or resumes it from its checkpoint after a restart) and, all along, renews
 //! the run's lease; when the lease is lost the loop is dropped at once, so a second process
 //! never drives the same run.
@@ -132,6 +132,13 @@ async fn drive(
     {
         tracing::warn!(%error, "could not record the queued run");
         return;
+    }
+
+    if run.model == super::backend::CONFORMANCE {
+        if start_or_canceled(&active) {
+            return canceled(&bare).await;
+        }
+        return super::conformance::drive(&run, &active, &bare).await;
     }
 
     // The sandbox: named, recorded before a restart, or taken now.

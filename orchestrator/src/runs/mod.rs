@@ -19,6 +19,8 @@
 //! input only while a person holds control (or no run drives it).
 
 pub mod artifacts;
+pub mod backend;
+pub mod conformance;
 pub mod connect;
 pub mod driver;
 pub mod sink;
@@ -30,7 +32,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent::{Control, ControlError, Limits, ModelOptions, ModelSpec, Phase, SetupError};
+use agent::{Control, ControlError, ModelOptions, Phase, SetupError};
 use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, broadcast, mpsc, watch};
 
@@ -41,20 +43,11 @@ use crate::db::{
 };
 use crate::sandboxes::{SandboxError, Sandboxes};
 use crate::secret::new_id;
+use crate::validate::{self, Invalid, RUN_METADATA, invalid};
 use artifacts::{ArtifactError, ArtifactStore};
+pub use backend::RunBackend;
 use connect::{SandboxConnector, SandboxdConnector};
 
-/// Longest task text, in bytes.
-pub const MAX_TASK_BYTES: usize = 64 * 1024;
-/// Most metadata pairs, and their sizes.
-const MAX_METADATA_PAIRS: usize = 32;
-const MAX_METADATA_CHARS: usize = 256;
-/// Longest idempotency key.
-pub const MAX_IDEMPOTENCY_KEY: usize = 255;
-/// Upper bounds of the limits a caller may ask for.
-const MAX_STEPS: u32 = 1000;
-const MAX_SECONDS: u64 = 24 * 3600;
-const MAX_IMAGES: usize = 50;
 /// Events buffered per live run for subscribers that fall behind (they re-read the log).
 const LIVE_BUFFER: usize = 1024;
 /// Events read from the log at a time when following.
@@ -65,11 +58,8 @@ const FOLLOW_POLL: Duration = Duration::from_millis(500);
 /// Why a run request cannot be honoured. Each names the field or the state.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("invalid `{field}`: {message}")]
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
     #[error("no run {0}")]
     NotFound(String),
     #[error("{0}")]
@@ -84,13 +74,6 @@ pub enum RunError {
     Timeout(String),
 }
 
-fn invalid(field: &'static str, message: impl Into<String>) -> RunError {
-    RunError::Invalid {
-        field,
-        message: message.into(),
-    }
-}
-
 /// What a caller asks for.
 #[derive(Debug, Clone, Default)]
 pub struct RunRequest {
@@ -102,12 +85,16 @@ pub struct RunRequest {
     pub max_images: Option<usize>,
     pub metadata: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
+    /// The A2A context it belongs to (`None`: its own).
+    pub context_id: Option<String>,
+    /// The A2A message that asks for it.
+    pub message_id: Option<String>,
 }
 
 impl RunRequest {
     /// A stable hash of everything but the idempotency key.
     fn hash(&self) -> String {
-        let canonical = serde_json::json!({
+        let mut canonical = serde_json::json!({
             "task": self.task,
             "model": self.model,
             "sandbox_id": self.sandbox_id,
@@ -116,6 +103,15 @@ impl RunRequest {
             "max_images": self.max_images,
             "metadata": self.metadata,
         });
+        // Only when set, so that the hashes of requests made before A2A stay the same.
+        for (name, value) in [
+            ("context_id", &self.context_id),
+            ("message_id", &self.message_id),
+        ] {
+            if let (Some(value), Some(map)) = (value, canonical.as_object_mut()) {
+                map.insert(name.to_string(), value.clone().into());
+            }
+        }
         hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
     }
 }
@@ -141,6 +137,9 @@ pub struct RunSettings {
     pub key_artifact_bytes: u64,
     /// How long ended runs are kept (`None`: until deleted).
     pub retention: Option<Duration>,
+    /// Whether runs may use the A2A conformance executor (model `conformance`): a testing
+    /// aid, off by default.
+    pub conformance: bool,
 }
 
 impl Default for RunSettings {
@@ -151,6 +150,7 @@ impl Default for RunSettings {
             run_artifact_bytes: 1024 * 1024 * 1024,
             key_artifact_bytes: 10 * 1024 * 1024 * 1024,
             retention: Some(Duration::from_secs(30 * 86_400)),
+            conformance: false,
         }
     }
 }
@@ -273,12 +273,18 @@ impl Runs {
                 run_artifact_bytes: settings.run_artifact_bytes,
                 key_artifact_bytes: settings.key_artifact_bytes,
                 retention: settings.run_retention,
+                conformance: settings.a2a_conformance,
             },
         )
     }
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Whether runs may use the conformance executor.
+    pub fn conformance_offered(&self) -> bool {
+        self.settings.conformance
     }
 
     fn active(&self, id: &str) -> Option<Arc<ActiveRun>> {
@@ -297,43 +303,17 @@ impl Runs {
         owner_key_id: &str,
         request: RunRequest,
     ) -> Result<(RunRecord, Created), RunError> {
-        let task = request.task.trim();
-        if task.is_empty() {
-            return Err(invalid("task", "the task is empty"));
+        validate::run_text("task", &request.task)?;
+        let backend = RunBackend::parse(&request.model, &self.settings)?;
+        if let RunBackend::Computer(spec) = &backend {
+            // Everything checkable before the run: key present, base URL, script file and steps.
+            agent::build_model(spec, &self.models).map_err(|e| setup_error(&e))?;
         }
-        if request.task.len() > MAX_TASK_BYTES {
-            return Err(invalid(
-                "task",
-                format!(
-                    "{} bytes is over the limit of {MAX_TASK_BYTES}",
-                    request.task.len()
-                ),
-            ));
-        }
-        let spec = ModelSpec::parse(&request.model).map_err(|e| invalid("model", e.to_string()))?;
-        // Everything checkable before the run: key present, base URL, script file and steps.
-        agent::build_model(&spec, &self.models).map_err(|e| setup_error(&e))?;
-        let limits = limits(&request)?;
-        if request.metadata.len() > MAX_METADATA_PAIRS
-            || request.metadata.iter().any(|(k, v)| {
-                k.is_empty() || k.len() > MAX_METADATA_CHARS || v.len() > MAX_METADATA_CHARS
-            })
-        {
-            return Err(invalid(
-                "metadata",
-                format!(
-                    "at most {MAX_METADATA_PAIRS} pairs, keys non-empty, keys and values at most \
-                     {MAX_METADATA_CHARS} bytes"
-                ),
-            ));
-        }
-        if let Some(key) = &request.idempotency_key
-            && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
-        {
-            return Err(invalid(
-                "Idempotency-Key",
-                format!("between 1 and {MAX_IDEMPOTENCY_KEY} bytes"),
-            ));
+        let limits =
+            validate::run_limits(request.max_steps, request.max_seconds, request.max_images)?;
+        validate::metadata(&request.metadata, RUN_METADATA)?;
+        if let Some(key) = &request.idempotency_key {
+            validate::idempotency_key(key)?;
         }
         if let Some(sandbox_id) = &request.sandbox_id {
             // Visible to the caller and running.
@@ -347,7 +327,7 @@ impl Runs {
             id: new_id("run"),
             owner_key_id: owner_key_id.to_string(),
             task: request.task.clone(),
-            model: spec.to_string(),
+            model: backend.to_string(),
             sandbox_id: request.sandbox_id.clone(),
             sandbox_taken: false,
             status: RunStatus::Queued,
@@ -363,6 +343,8 @@ impl Runs {
             created_at: now,
             updated_at: now,
             ended_at: None,
+            context_id: request.context_id.clone(),
+            message_id: request.message_id.clone(),
         };
         match self.store.insert_run(&record).await? {
             RunInsert::Created => {}
@@ -432,6 +414,7 @@ impl Runs {
             .list_runs(&RunFilter {
                 owner_key_id: owner.map(str::to_string),
                 status,
+                ..RunFilter::default()
             })
             .await?;
         Ok(runs
@@ -540,6 +523,11 @@ impl Runs {
     /// Takes control from the agent: answers once the in-flight action finished and the run is
     /// paused (control viewers' input is live from then on).
     pub async fn take_over(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
+        if self.get(id, owner).await?.model == backend::CONFORMANCE {
+            return Err(RunError::Conflict(format!(
+                "run {id} has no desktop to take over (the conformance executor drives it)"
+            )));
+        }
         let active = self.started(id, owner).await?;
         control_result(id, active.control.take_over().await)?;
         self.get(id, owner).await
@@ -564,12 +552,7 @@ impl Runs {
         owner: Option<&str>,
         text: String,
     ) -> Result<RunRecord, RunError> {
-        if text.trim().is_empty() {
-            return Err(invalid("text", "the answer is empty"));
-        }
-        if text.len() > MAX_TASK_BYTES {
-            return Err(invalid("text", format!("over {MAX_TASK_BYTES} bytes")));
-        }
+        validate::run_text("text", &text)?;
         let active = self.started(id, owner).await?;
         control_result(id, active.control.answer(text).await)?;
         self.get(id, owner).await
@@ -769,34 +752,6 @@ fn control_result(id: &str, result: Result<(), ControlError>) -> Result<(), RunE
     result.map_err(|error| RunError::Conflict(format!("run {id}: {error}")))
 }
 
-fn setup_error(error: &SetupError) -> RunError {
+fn setup_error(error: &SetupError) -> Invalid {
     invalid("model", error.to_string())
-}
-
-fn limits(request: &RunRequest) -> Result<Limits, RunError> {
-    let defaults = Limits::default();
-    let limits = Limits {
-        max_steps: request.max_steps.unwrap_or(defaults.max_steps),
-        max_seconds: request.max_seconds.unwrap_or(defaults.max_seconds),
-        max_images: request.max_images.unwrap_or(defaults.max_images),
-    };
-    if !(1..=MAX_STEPS).contains(&limits.max_steps) {
-        return Err(invalid(
-            "limits.max_steps",
-            format!("between 1 and {MAX_STEPS}"),
-        ));
-    }
-    if !(1..=MAX_SECONDS).contains(&limits.max_seconds) {
-        return Err(invalid(
-            "limits.max_seconds",
-            format!("between 1 and {MAX_SECONDS}"),
-        ));
-    }
-    if !(1..=MAX_IMAGES).contains(&limits.max_images) {
-        return Err(invalid(
-            "limits.max_images",
-            format!("between 1 and {MAX_IMAGES}"),
-        ));
-    }
-    Ok(limits)
 }

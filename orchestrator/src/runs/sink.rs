@@ -21,6 +21,10 @@ use super::connect::{FilesError, SandboxFiles};
 use super::{ActiveRun, Runs};
 use crate::db::{ArtifactRecord, EventRecord, StatusChange};
 
+/// Content types a backend may declare for a file it keeps (none is served as script; every
+/// other file is labelled by its first bytes).
+const DECLARABLE_TYPES: &[&str] = &["text/plain", "application/json"];
+
 /// The most time the final copy of `~/outputs` may take before the terminal status.
 const FINAL_COPY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -193,7 +197,10 @@ impl RunSink {
                     continue;
                 }
             };
-            match self.store_artifact(&name, "output", bytes.clone()).await {
+            match self
+                .store_artifact(&name, "output", None, bytes.clone())
+                .await
+            {
                 Err(KeepError::OverBudget(reason)) => {
                     // Not tried again unless the file changes.
                     copied.insert(name.clone(), stamp);
@@ -224,6 +231,40 @@ impl RunSink {
                 }
             }
         }
+    }
+
+    /// Keeps `bytes` as the artifact `name` (of `kind`, declared as `content_type` when that
+    /// is one of [`DECLARABLE_TYPES`], else sniffed) and writes its `artifact.created` event:
+    /// for a backend that makes its files itself rather than in a sandbox's `~/outputs`.
+    pub(crate) async fn keep(
+        &self,
+        name: &str,
+        kind: &str,
+        content_type: &str,
+        bytes: Bytes,
+    ) -> Result<(), SinkError> {
+        let Some(name) = artifact_name(name) else {
+            return Err(SinkError(format!("{name:?} is not a safe artifact name")));
+        };
+        let size = bytes.len();
+        let record = match self
+            .store_artifact(&name, kind, Some(content_type), bytes)
+            .await
+        {
+            Ok(record) => record,
+            Err(KeepError::OverBudget(reason)) => {
+                return self.skipped(&name, size, &reason).await.map(drop);
+            }
+            Err(error) => return Err(SinkError(error.to_string())),
+        };
+        let event = RunEvent::ArtifactCreated {
+            name: record.name,
+            kind: record.kind,
+            size: u64::try_from(record.size).unwrap_or(0),
+            content_type: record.content_type,
+            sha256: record.sha256,
+        };
+        self.append(&event, None).await.map(drop)
     }
 
     /// An `artifact.skipped` event: `name` (`size` bytes) was not kept, and why.
@@ -271,6 +312,7 @@ impl RunSink {
         &self,
         name: &str,
         kind: &str,
+        declared: Option<&str>,
         bytes: Bytes,
     ) -> Result<ArtifactRecord, KeepError> {
         self.check_budget(name, bytes.len()).await?;
@@ -289,7 +331,10 @@ impl RunSink {
             name: name.to_string(),
             kind: kind.to_string(),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-            content_type: sniff_content_type(&bytes).to_string(),
+            content_type: declared
+                .filter(|declared| DECLARABLE_TYPES.contains(declared))
+                .unwrap_or_else(|| sniff_content_type(&bytes))
+                .to_string(),
             sha256: hex::encode(Sha256::digest(&bytes)),
             created_at: self.runs.clock.now_ms(),
         };
@@ -406,7 +451,7 @@ impl EventSink for RunSink {
             )));
         };
         match self
-            .store_artifact(&name, "screenshot", image.clone())
+            .store_artifact(&name, "screenshot", None, image.clone())
             .await
         {
             Ok(_) => Ok(()),

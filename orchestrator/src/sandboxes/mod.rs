@@ -26,7 +26,6 @@ pub mod pool;
 pub mod reaper;
 pub mod reconcile;
 pub mod sandboxd;
-pub mod validate;
 
 #[cfg(test)]
 mod lifecycle_tests;
@@ -44,26 +43,17 @@ use crate::metrics::Metrics;
 use crate::secret::new_id;
 use crate::sessions::Sessions;
 use crate::tokens::{Claims, Scope, TokenError, TokenSigner};
+use crate::validate::{self, SANDBOX_METADATA, invalid};
 use activity::ActivityTracker;
 use pool::Pool;
 use sandboxd::{SandboxProbe, SandboxdClient};
-pub use validate::parse_resolution;
-use validate::{check_ttl, invalid};
-
-/// Limits on what a request may ask for.
-pub const MAX_ENV_VARS: usize = 64;
-pub const MAX_ENV_VALUE: usize = 8 * 1024;
-pub const MAX_METADATA: usize = 32;
-pub const MAX_METADATA_KEY: usize = 64;
-pub const MAX_METADATA_VALUE: usize = 512;
-pub const MAX_TOKEN_TTL_SECS: i64 = 24 * 3600;
 
 pub use crate::metrics::EndReason;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
-    #[error("invalid `{field}`: {message}")]
-    Invalid { field: String, message: String },
+    #[error(transparent)]
+    Invalid(#[from] validate::Invalid),
     /// No such sandbox, or not one the caller may see.
     #[error("no sandbox {0}")]
     NotFound(String),
@@ -318,8 +308,30 @@ impl Sandboxes {
     }
 
     /// Checks a request and fills in defaults; returns (image, idle, lifetime).
-    fn validate(&self, spec: &CreateSpec) -> Result<(String, i64, i64), SandboxError> {
-        validate::check_spec(&self.settings, spec)
+    fn validate(&self, spec: &CreateSpec) -> Result<(String, i64, i64), validate::Invalid> {
+        let settings = &self.settings;
+        let image = validate::image(
+            spec.image.as_deref(),
+            &settings.image,
+            &settings.allowed_images,
+        )?;
+        if let Some(resolution) = &spec.resolution {
+            validate::resolution(resolution)?;
+        }
+        let cap = settings.lifetime_cap_secs;
+        let idle = validate::within(
+            "idle_timeout_secs",
+            spec.idle_timeout_secs.unwrap_or(settings.idle_timeout_secs),
+            1..=cap,
+        )?;
+        let lifetime = validate::within(
+            "max_lifetime_secs",
+            spec.max_lifetime_secs.unwrap_or(settings.max_lifetime_secs),
+            1..=cap,
+        )?;
+        validate::env(&spec.env)?;
+        validate::metadata(&spec.metadata, SANDBOX_METADATA)?;
+        Ok((image, idle, lifetime))
     }
 
     /// Creates a sandbox for `owner` and returns it once ready. Takes a ready one from the warm
@@ -460,7 +472,7 @@ impl Sandboxes {
     async fn boot(&self, mut record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
         let mut env = record.env.clone();
         if let Some(resolution) = &record.resolution {
-            let (width, height) = parse_resolution(resolution)?;
+            let (width, height) = validate::resolution(resolution)?;
             env.insert("SCREEN_WIDTH".into(), width.to_string());
             env.insert("SCREEN_HEIGHT".into(), height.to_string());
         }
@@ -625,27 +637,17 @@ impl Sandboxes {
         }
         let cap = self.settings.lifetime_cap_secs;
         if let Some(idle) = idle_timeout_secs {
-            if !(1..=cap).contains(&idle) {
-                return Err(invalid(
-                    "idle_timeout_secs",
-                    format!("must be between 1 and {cap}"),
-                ));
-            }
-            record.idle_timeout_secs = idle;
+            record.idle_timeout_secs = validate::within("idle_timeout_secs", idle, 1..=cap)?;
         }
         if let Some(lifetime) = max_lifetime_secs {
-            if !(1..=cap).contains(&lifetime) {
-                return Err(invalid(
-                    "max_lifetime_secs",
-                    format!("must be between 1 and {cap}"),
-                ));
-            }
+            validate::within("max_lifetime_secs", lifetime, 1..=cap)?;
             let expires_at = record.created_at + lifetime * 1000;
             if expires_at <= self.clock.now_ms() {
                 return Err(invalid(
                     "max_lifetime_secs",
                     "the sandbox is already older than that; use DELETE to end it",
-                ));
+                )
+                .into());
             }
             record.max_lifetime_secs = lifetime;
             record.expires_at = expires_at;
@@ -769,9 +771,10 @@ impl Sandboxes {
             return Err(invalid(
                 "scope",
                 "a share link is made from its run (POST /v1/runs/{id}/shares)",
-            ));
+            )
+            .into());
         }
-        check_ttl(ttl_secs)?;
+        validate::token_ttl(ttl_secs)?;
         let sandbox = self.get_ready(id, owner).await?;
         self.mint("tok-", sandbox.id, None, issuer_key_id, scope, ttl_secs)
             .await
@@ -819,7 +822,7 @@ impl Sandboxes {
         issuer_key_id: &str,
         ttl_secs: i64,
     ) -> Result<(String, TokenRecord), SandboxError> {
-        check_ttl(ttl_secs)?;
+        validate::token_ttl(ttl_secs)?;
         self.mint(
             "shr-",
             sandbox_id.unwrap_or_default().to_string(),

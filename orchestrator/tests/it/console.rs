@@ -126,6 +126,8 @@ impl Console {
                 created_at: now,
                 updated_at: now,
                 ended_at: Some(now),
+                context_id: None,
+                message_id: None,
             })
             .await
             .expect("a run row");

@@ -30,7 +30,7 @@ fn documented_bounds_are_the_enforced_ones() -> anyhow::Result<()> {
     let schemas = &document["components"]["schemas"];
     assert_eq!(
         schemas["CreateTokenRequest"]["properties"]["ttl_secs"]["maximum"],
-        orchestrator::sandboxes::MAX_TOKEN_TTL_SECS
+        orchestrator::validate::MAX_TOKEN_TTL_SECS
     );
     for (schema, field) in [
         ("CreateTokenRequest", "ttl_secs"),

@@ -458,6 +458,8 @@ fn run_record(id: &str, sandbox: Option<&str>, key: Option<&str>, lease: &str) -
         created_at: 1_000,
         updated_at: 1_000,
         ended_at: None,
+        context_id: None,
+        message_id: None,
     }
 }
 
@@ -725,12 +727,51 @@ async fn runs_are_listed_newest_first_by_status(store: &Store) -> anyhow::Result
         .list_runs(&RunFilter {
             owner_key_id: Some("key-1".into()),
             status: Some(RunStatus::Completed),
+            ..RunFilter::default()
         })
         .await?;
     assert_eq!(
         completed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
         ["run-a"]
     );
+    // By last change, a page at a time (A2A's ListTasks): every run once, in order.
+    let by_update = RunFilter {
+        by_update: true,
+        ..RunFilter::default()
+    };
+    let whole: Vec<String> = store
+        .list_runs(&by_update)
+        .await?
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .list_runs(&RunFilter {
+                after: after.clone(),
+                limit: Some(1),
+                ..by_update.clone()
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = Some((last.updated_at, last.id.clone()));
+        paged.extend(page.into_iter().map(|r| r.id));
+    }
+    assert_eq!(paged, whole);
+    assert_eq!(store.count_runs(&by_update).await?, 3);
+    // A run without a context is its own.
+    let own = RunFilter {
+        context_id: Some("run-b".into()),
+        ..RunFilter::default()
+    };
+    let listed = store.list_runs(&own).await?;
+    assert_eq!(
+        listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["run-b"]
+    );
+    assert_eq!(store.count_runs(&own).await?, 1);
     Ok(())
 }
 

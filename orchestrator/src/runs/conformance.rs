@@ -1,0 +1,341 @@
+//! The A2A conformance executor: a run backend that takes no sandbox and answers
+//! deterministically, by the prefix of the A2A message id that created the run, as the
+//! official A2A conformance kit (TCK) expects of a system under test. It exists so that the
+//! A2A layer can be checked end to end (tasks, streams, cancel, input, artifacts) without a
+//! model; a server offers it only with `serve --a2a-conformance`.
+//!
+//! It drives the run the way the `agent` loop does: through the run's [`RunSink`] (every event
+//! in the log, in order, as the lease holder) and its [`agent::Control`] (cancel and answers
+//! reach it; a takeover is refused, as there is no desktop to take).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent::{ErrorKind, EventSink, InputKind, InputSignal, Phase, RunEvent, RunStatus};
+use bytes::Bytes;
+
+use super::ActiveRun;
+use super::sink::RunSink;
+use crate::db::RunRecord;
+
+/// How long a task asked to stay working (`test-resubscribe-message-id`) works: the TCK
+/// resubscribes within twice its streaming timeout (4 s by default).
+const LINGER: Duration = Duration::from_millis(4500);
+
+/// One step of a scripted answer.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    /// A `working` status.
+    Work,
+    /// An agent message.
+    Say(&'static str),
+    /// A kept artifact: name, kind (`text`, `data`, `output`, `link`), content type, bytes.
+    Keep(&'static str, &'static str, &'static str, &'static [u8]),
+    /// Asks for input and waits for the answer.
+    Ask(&'static str),
+    /// Works for a while (a cancel ends it).
+    Linger,
+    /// Completed, with this answer (the run's text if `None`).
+    Complete(Option<&'static str>),
+    /// Declined: failed with a `rejected` error.
+    Reject(&'static str),
+}
+
+/// The script for a message id (longest prefixes first, as `tck-artifact-file-url` starts
+/// with `tck-artifact-file`).
+fn script(message_id: &str) -> Vec<Step> {
+    use Step::*;
+    const TEXT: &str = "text/plain";
+    let prefixes: &[(&str, &[Step])] = &[
+        ("tck-complete-task", &[Complete(Some("Hello from TCK"))]),
+        (
+            "tck-artifact-text",
+            &[
+                Keep("a2a/text.txt", "text", TEXT, b"Generated text content"),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-artifact-file-url",
+            &[
+                Keep(
+                    "a2a/output.txt",
+                    "link",
+                    TEXT,
+                    b"https://example.com/output.txt",
+                ),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-artifact-file",
+            &[
+                Keep("outputs/output.txt", "output", TEXT, b"tck"),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-artifact-data",
+            &[
+                Keep(
+                    "a2a/data.json",
+                    "data",
+                    "application/json",
+                    br#"{"key": "value", "count": 42}"#,
+                ),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-input-required",
+            &[Ask("Input required by TCK"), Complete(None)],
+        ),
+        ("tck-reject-task", &[Reject("rejected")]),
+        (
+            "tck-stream-artifact-chunked",
+            &[
+                Work,
+                Keep("a2a/chunk-1.txt", "text", TEXT, b"chunk-1 "),
+                Keep("a2a/chunk-2.txt", "text", TEXT, b"chunk-2"),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-stream-artifact-text",
+            &[
+                Work,
+                Keep("a2a/text.txt", "text", TEXT, b"Streamed text content"),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-stream-artifact-file",
+            &[
+                Work,
+                Keep("outputs/output.txt", "output", TEXT, b"tck"),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-stream-ordering-001",
+            &[
+                Work,
+                Keep("a2a/text.txt", "text", TEXT, b"Ordered output"),
+                Complete(None),
+            ],
+        ),
+        (
+            "tck-stream-001",
+            &[
+                Work,
+                Keep("a2a/text.txt", "text", TEXT, b"Stream hello from TCK"),
+                Complete(None),
+            ],
+        ),
+        ("tck-stream-002", &[Complete(None)]),
+        (
+            "tck-stream-003",
+            &[
+                Work,
+                Keep("a2a/text.txt", "text", TEXT, b"Stream task lifecycle"),
+                Complete(None),
+            ],
+        ),
+        (
+            "test-resubscribe-message-id",
+            &[Work, Linger, Complete(None)],
+        ),
+        (
+            "agentbox-say",
+            &[Work, Say("Working on it"), Complete(None)],
+        ),
+    ];
+    prefixes
+        .iter()
+        .find(|(prefix, _)| message_id.starts_with(prefix))
+        .map(|(_, steps)| steps.to_vec())
+        .unwrap_or_else(|| vec![Work, Complete(None)])
+}
+
+/// Whether a message with this id is answered with a direct Message rather than a task.
+pub fn answers_directly(message_id: &str) -> Option<&'static str> {
+    message_id
+        .starts_with("tck-message-response")
+        .then_some("Direct message response")
+}
+
+/// Why the script stopped early.
+enum Stop {
+    Canceled,
+    /// The sink refused (the run ended elsewhere, or its lease moved).
+    Sink,
+}
+
+/// Drives `run` by its script.
+pub(crate) async fn drive(run: &RunRecord, active: &Arc<ActiveRun>, sink: &RunSink) {
+    let control = &active.control;
+    control.set_phase(Phase::Running);
+    let outcome = follow(run, control, sink).await;
+    let ended = match outcome {
+        Ok(ended) => ended,
+        Err(Stop::Canceled) => {
+            if sink.emit(status(RunStatus::Canceled)).await.is_err() {
+                tracing::warn!("could not record the cancel");
+            }
+            RunStatus::Canceled
+        }
+        Err(Stop::Sink) => RunStatus::Failed,
+    };
+    control.set_phase(Phase::Finished(ended));
+}
+
+async fn follow(
+    run: &RunRecord,
+    control: &agent::Control,
+    sink: &RunSink,
+) -> Result<RunStatus, Stop> {
+    let message_id = run.message_id.as_deref().unwrap_or_default();
+    let emit = |event: RunEvent| async move { sink.emit(event).await.map_err(|_| Stop::Sink) };
+    let mut answer: Option<String> = None;
+    for step in script(message_id) {
+        if cancel_requested(control) {
+            return Err(Stop::Canceled);
+        }
+        match step {
+            Step::Work => emit(status(RunStatus::Running)).await?,
+            Step::Say(text) => {
+                emit(RunEvent::AgentMessage {
+                    step: 1,
+                    text: text.to_string(),
+                })
+                .await?;
+            }
+            Step::Keep(name, kind, content_type, bytes) => {
+                sink.keep(name, kind, content_type, Bytes::from_static(bytes))
+                    .await
+                    .map_err(|_| Stop::Sink)?;
+            }
+            Step::Ask(question) => {
+                answer = Some(ask(question, control, &emit).await?);
+            }
+            Step::Linger => {
+                tokio::select! {
+                    () = tokio::time::sleep(LINGER) => {}
+                    () = control.wait_cancel() => return Err(Stop::Canceled),
+                }
+            }
+            Step::Complete(text) => {
+                let text = text
+                    .map(str::to_string)
+                    .or_else(|| answer.take().map(|a| format!("Received: {a}")))
+                    .unwrap_or_else(|| format!("Done: {}", run.task));
+                emit(RunEvent::RunStatus {
+                    status: RunStatus::Completed,
+                    reason: None,
+                    answer: Some(text),
+                })
+                .await?;
+                return Ok(RunStatus::Completed);
+            }
+            Step::Reject(reason) => {
+                emit(RunEvent::Error {
+                    step: None,
+                    kind: ErrorKind::Rejected,
+                    message: reason.to_string(),
+                    fatal: true,
+                })
+                .await?;
+                emit(RunEvent::RunStatus {
+                    status: RunStatus::Failed,
+                    reason: Some(reason.to_string()),
+                    answer: None,
+                })
+                .await?;
+                return Ok(RunStatus::Failed);
+            }
+        }
+    }
+    Ok(RunStatus::Completed)
+}
+
+/// A status change without a reason or an answer.
+fn status(status: RunStatus) -> RunEvent {
+    RunEvent::RunStatus {
+        status,
+        reason: None,
+        answer: None,
+    }
+}
+
+fn cancel_requested(control: &agent::Control) -> bool {
+    // A cancel is a request the driver consumes at its safe points; `wait_cancel` resolves at
+    // once when one is pending.
+    futures_util::FutureExt::now_or_never(control.wait_cancel()).is_some()
+}
+
+/// Asks `question` and waits for the answer; a takeover is refused (there is no desktop) and
+/// the wait goes on.
+async fn ask<F, Fut>(question: &str, control: &agent::Control, emit: &F) -> Result<String, Stop>
+where
+    F: Fn(RunEvent) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Stop>>,
+{
+    let request_id = "input-1".to_string();
+    emit(RunEvent::InputRequested {
+        request_id: request_id.clone(),
+        kind: InputKind::Question,
+        question: question.to_string(),
+        safety_checks: Vec::new(),
+    })
+    .await?;
+    emit(status(RunStatus::WaitingForInput)).await?;
+    control.set_phase(Phase::WaitingForInput {
+        request_id: request_id.clone(),
+    });
+    loop {
+        match control.wait_input().await {
+            InputSignal::Cancel => return Err(Stop::Canceled),
+            InputSignal::TakeOver => {
+                // Nothing to take: the request stays pending until a cancel or an answer.
+                tokio::select! {
+                    () = control.wait_cancel() => return Err(Stop::Canceled),
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+            InputSignal::Answer(text) => {
+                emit(RunEvent::InputReceived {
+                    request_id,
+                    text: text.clone(),
+                    approved: None,
+                })
+                .await?;
+                emit(status(RunStatus::Running)).await?;
+                control.set_phase(Phase::Running);
+                return Ok(text);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_prefix_wins_and_unknown_ids_complete() {
+        assert!(matches!(
+            script("tck-artifact-file-url-1")[0],
+            Step::Keep(_, "link", _, _)
+        ));
+        assert!(matches!(
+            script("tck-artifact-file-1")[0],
+            Step::Keep(_, "output", _, _)
+        ));
+        assert_eq!(script("anything"), vec![Step::Work, Step::Complete(None)]);
+        assert_eq!(
+            answers_directly("tck-message-response-7"),
+            Some("Direct message response")
+        );
+        assert_eq!(answers_directly("tck-complete-task"), None);
+    }
+}
