@@ -93,27 +93,37 @@ bench() { # harness args...
   "$(target_dir "$root")/release/agentbox-bench" "$@"
 }
 
-# A virtualenv with the Python test clients, cached outside the clone by requirements hash.
+# Virtualenvs with the Python test clients, cached outside the clone by requirements hash: the
+# main one, and one for the A2A 0.3 client (its package has the 1.x client's name).
 python_env() {
-  local hash
-  hash=$(sha256sum tests/python/requirements.txt | cut -c1-16)
-  venv="$(cache_dir)/venv-$hash"
-  if [ ! -x "$venv/bin/pytest" ]; then
-    log "creating the Python test environment ($venv)"
-    rm -rf "$venv"
-    python3 -m venv "$venv" || return 1
-    "$venv/bin/pip" install -q --upgrade pip >&2 || return 1
-    "$venv/bin/pip" install -q -r tests/python/requirements.txt >&2 || return 1
+  venv=$(python_venv tests/python/requirements.txt) || return 1
+  venv_a2a03=$(python_venv tests/python/a2a03/requirements.txt) || return 1
+}
+
+# Prints the path of the virtualenv of one requirements file, made if missing.
+python_venv() { # requirements
+  local hash dir
+  hash=$(sha256sum "$1" | cut -c1-16)
+  dir="$(cache_dir)/venv-$hash"
+  if [ ! -x "$dir/bin/pytest" ]; then
+    log "creating the Python test environment for $1 ($dir)"
+    rm -rf "$dir"
+    python3 -m venv "$dir" >&2 || return 1
+    "$dir/bin/pip" install -q --upgrade pip >&2 || return 1
+    "$dir/bin/pip" install -q -r "$1" >&2 || return 1
   fi
+  echo "$dir"
 }
 
 # The Python suites, as groups that run side by side (each its own pytest with its own
 # sandbox or orchestrator: they wait on containers and browsers more than they use the cores).
 # The sandboxd contract run (schemathesis, ~110 s) is a group of its own.
+# A group whose first word is `a2a03:` runs in the A2A 0.3 client's virtualenv.
 python_groups=(
   "tests/python/sandbox/test_sandboxd_contract.py"
   "tests/python/sandbox --ignore=tests/python/sandbox/test_sandboxd_contract.py"
   "tests/python/orchestrator tests/python/console"
+  "a2a03: tests/python/a2a03"
 )
 
 # Runs the Python groups side by side and adds their per-test counts to the totals, as
@@ -123,8 +133,13 @@ pytests() {
   dir=$(mktemp -d)
   for i in "${!python_groups[@]}"; do
     read -r -a group <<<"${python_groups[$i]}"
+    local env=$venv
+    if [ "${group[0]}" = "a2a03:" ]; then
+      env=$venv_a2a03
+      group=("${group[@]:1}")
+    fi
     ORCHESTRATOR_BIN="$(target_dir "$root")/release/orchestrator" \
-      "$venv/bin/pytest" -q -p no:cacheprovider "${group[@]}" >"$dir/$i.out" 2>&1 &
+      "$env/bin/pytest" -q -p no:cacheprovider "${group[@]}" >"$dir/$i.out" 2>&1 &
     pids+=($!)
   done
   for i in "${!pids[@]}"; do

@@ -28,6 +28,23 @@ fn invalid(message: impl Into<String>) -> A2aError {
     A2aError::InvalidParams(message.into())
 }
 
+/// A field by its JSON name (`historyLength`) or, as protobuf's JSON mapping also accepts, by
+/// its proto name (`history_length`).
+fn field<'a>(map: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    map.get(name).or_else(|| {
+        let mut snake = String::with_capacity(name.len() + 4);
+        for c in name.chars() {
+            if c.is_ascii_uppercase() {
+                snake.push('_');
+                snake.push(c.to_ascii_lowercase());
+            } else {
+                snake.push(c);
+            }
+        }
+        map.get(&snake)
+    })
+}
+
 /// Reads a call: the method (named as `version` names it) and its params.
 pub fn call(version: Version, method: &str, params: &Value) -> Result<Call, A2aError> {
     let kind = match (version, method) {
@@ -87,9 +104,9 @@ fn task_id(params: &Map<String, Value>) -> Result<String, A2aError> {
 }
 
 /// A non-negative count, as a number or (proto's JSON for 64-bit integers) a string.
-fn count(params: &Map<String, Value>, field: &str) -> Result<Option<usize>, A2aError> {
-    let bad = || invalid(format!("`{field}` must be a non-negative integer"));
-    match params.get(field) {
+fn count(params: &Map<String, Value>, name: &str) -> Result<Option<usize>, A2aError> {
+    let bad = || invalid(format!("`{name}` must be a non-negative integer"));
+    match field(params, name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n
             .as_u64()
@@ -101,19 +118,19 @@ fn count(params: &Map<String, Value>, field: &str) -> Result<Option<usize>, A2aE
     }
 }
 
-fn flag(params: &Map<String, Value>, field: &str) -> Result<Option<bool>, A2aError> {
-    match params.get(field) {
+fn flag(params: &Map<String, Value>, name: &str) -> Result<Option<bool>, A2aError> {
+    match field(params, name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(invalid(format!("`{field}` must be true or false"))),
+        Some(_) => Err(invalid(format!("`{name}` must be true or false"))),
     }
 }
 
-fn optional_string(map: &Map<String, Value>, field: &str) -> Result<Option<String>, A2aError> {
-    match map.get(field) {
+fn optional_string(map: &Map<String, Value>, name: &str) -> Result<Option<String>, A2aError> {
+    match field(map, name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.len() <= 1024 => Ok(Some(s.clone())),
-        Some(_) => Err(invalid(format!("`{field}` must be a string"))),
+        Some(_) => Err(invalid(format!("`{name}` must be a string"))),
     }
 }
 
@@ -135,6 +152,7 @@ fn send(version: Version, params: &Map<String, Value>) -> Result<SendRequest, A2
         message,
         return_immediately,
         history_length: count(&configuration, "historyLength")?,
+        idempotency_key: None,
     })
 }
 
@@ -173,7 +191,7 @@ fn read_message(version: Version, value: &Value) -> Result<Message, A2aError> {
     {
         return Err(invalid("`message.kind` must be \"message\""));
     }
-    let message_id = match map.get("messageId") {
+    let message_id = match field(map, "messageId") {
         Some(Value::String(id)) if !id.is_empty() && id.len() <= 200 => id.clone(),
         _ => return Err(invalid("`message.messageId` must be a non-empty string")),
     };
@@ -215,13 +233,13 @@ fn read_message(version: Version, value: &Value) -> Result<Message, A2aError> {
 }
 
 fn read_part(version: Version, value: &Value, index: usize) -> Result<Part, A2aError> {
-    let field = format!("message.parts[{index}]");
+    let at = format!("message.parts[{index}]");
     let map = value
         .as_object()
-        .ok_or_else(|| invalid(format!("`{field}` must be an object")))?;
-    let bad = |what: &str| invalid(format!("`{field}`: {what}"));
+        .ok_or_else(|| invalid(format!("`{at}` must be an object")))?;
+    let bad = |what: &str| invalid(format!("`{at}`: {what}"));
     let text_of = |map: &Map<String, Value>, key: &str| -> Result<Option<String>, A2aError> {
-        match map.get(key) {
+        match field(map, key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(_) => Err(bad(&format!("`{key}` must be a string"))),
@@ -630,6 +648,29 @@ mod tests {
                 .code(),
             -32602
         );
+    }
+
+    #[test]
+    fn proto_field_names_are_read_as_json_names() {
+        let get = call(
+            Version::V10,
+            "GetTask",
+            &json!({"id": "t", "history_length": 1}),
+        )
+        .unwrap();
+        assert_eq!(
+            get,
+            Call::Get(GetRequest {
+                id: "t".into(),
+                history_length: Some(1)
+            })
+        );
+        let params = json!({"message": {"message_id": "m", "role": "ROLE_USER",
+            "context_id": "c", "parts": [{"text": "x"}]}});
+        let Call::Send(send) = call(Version::V10, "SendMessage", &params).unwrap() else {
+            panic!("not a send");
+        };
+        assert_eq!(send.message.context_id.as_deref(), Some("c"));
     }
 
     #[test]

@@ -190,6 +190,8 @@ pub struct SendRequest {
     /// Answer at once rather than when the task ends or waits for the client.
     pub return_immediately: bool,
     pub history_length: Option<usize>,
+    /// The HTTP request's `Idempotency-Key`: the same key and message give the same task.
+    pub idempotency_key: Option<String>,
 }
 
 /// `GetTask` / `tasks/get`.

@@ -42,7 +42,7 @@ pub struct Tasks {
 
 fn run_error(error: RunError) -> A2aError {
     match error {
-        RunError::NotFound(id) => A2aError::TaskNotFound(format!("no task {id}")),
+        RunError::NotFound(id) => A2aError::TaskNotFound(format!("task {id} not found")),
         RunError::Invalid(invalid) => A2aError::InvalidParams(invalid.to_string()),
         RunError::Conflict(message) => A2aError::Unsupported(message),
         other => {
@@ -229,7 +229,7 @@ impl Tasks {
             }
             Submitted::Run { run, .. } => {
                 let run = self.run(owner, &run.id).await?;
-                self.follow(run, history_length).await
+                self.follow(run, history_length, Until::EndsOrAsks).await
             }
         }
     }
@@ -247,7 +247,7 @@ impl Tasks {
                 run.status.as_str()
             )));
         }
-        self.follow(run, None).await
+        self.follow(run, None, Until::Ends).await
     }
 
     /// The task now, then each change from the log after it, until the task ends or waits.
@@ -255,10 +255,11 @@ impl Tasks {
         self: &Arc<Self>,
         run: RunRecord,
         history_length: Option<usize>,
+        until: Until,
     ) -> Result<mpsc::Receiver<StreamItem>, A2aError> {
         let (task, mut projection) = self.task(&run, history_length, true).await?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let ended = task.status.state.ends_wait() && projection.last_seq >= run.last_seq;
+        let ended = until.ends_at(task.status.state) && projection.last_seq >= run.last_seq;
         // The receiver is alive: it is returned below.
         let _ = tx.try_send(StreamItem::Task(task));
         if ended {
@@ -280,7 +281,8 @@ impl Tasks {
                         }
                     }
                 };
-                let last = update.is_final();
+                let last =
+                    matches!(&update, Update::Status { status, .. } if until.ends_at(status.state));
                 if tx.send(StreamItem::Update(update)).await.is_err() || last {
                     return;
                 }
@@ -323,7 +325,6 @@ impl Tasks {
                 "`message.role` must be the user's".into(),
             ));
         }
-        let text = task_text(&message)?;
         if let Some(task_id) = &message.task_id {
             let run = self.run(owner, task_id).await?;
             if let Some(context) = &message.context_id
@@ -345,6 +346,7 @@ impl Tasks {
                     run.status.as_str()
                 )));
             }
+            let text = task_text(&message, run.model == CONFORMANCE)?;
             let after = run.last_seq;
             self.runs
                 .answer(task_id, Some(owner), text)
@@ -370,10 +372,10 @@ impl Tasks {
                 )
             })?,
         };
+        let conformance = model.trim() == CONFORMANCE;
+        let text = task_text(&message, conformance)?;
         let context_id = message.context_id.clone().unwrap_or_else(|| new_id("ctx"));
-        if model.trim() == CONFORMANCE
-            && let Some(reply) = answers_directly(&message.message_id)
-        {
+        if conformance && let Some(reply) = answers_directly(&message.message_id) {
             return Ok(Submitted::Direct(Message::agent_text(
                 new_id("msg"),
                 reply,
@@ -384,8 +386,7 @@ impl Tasks {
         let run_request = RunRequest {
             task: text,
             model,
-            // A client that sends the same message again gets the same task.
-            idempotency_key: Some(format!("a2a:{}", message.message_id)),
+            idempotency_key: request.idempotency_key.clone(),
             context_id: Some(context_id),
             message_id: Some(message.message_id.clone()),
             ..RunRequest::default()
@@ -395,10 +396,7 @@ impl Tasks {
             .create(owner, run_request)
             .await
             .map_err(|error| match error {
-                RunError::Conflict(_) => A2aError::InvalidParams(format!(
-                    "`message.messageId` {:?} was used for another message",
-                    message.message_id
-                )),
+                RunError::Conflict(message) => A2aError::InvalidParams(message),
                 other => run_error(other),
             })?;
         Ok(Submitted::Run {
@@ -497,6 +495,24 @@ impl Tasks {
     }
 }
 
+/// Where a stream ends.
+#[derive(Debug, Clone, Copy)]
+enum Until {
+    /// At a terminal state or when the task asks the client (a send's stream).
+    EndsOrAsks,
+    /// At a terminal state only (a subscription outlives a question and its answer).
+    Ends,
+}
+
+impl Until {
+    fn ends_at(self, state: TaskState) -> bool {
+        match self {
+            Until::EndsOrAsks => state.ends_wait(),
+            Until::Ends => state.is_terminal(),
+        }
+    }
+}
+
 /// What a message led to.
 enum Submitted {
     /// A direct answer; no task was made.
@@ -526,16 +542,25 @@ fn settles(event: &EventRecord) -> bool {
     })
 }
 
-/// The text of a task: its message's text parts, data parts as JSON; files are not taken yet.
-fn task_text(message: &Message) -> Result<String, A2aError> {
+/// The text of a task: its message's text parts, data parts as JSON. File parts are taken only
+/// by a backend without a computer (the conformance executor, which names them in the text);
+/// a computer-use run does not take files yet.
+fn task_text(message: &Message, takes_files: bool) -> Result<String, A2aError> {
     let mut lines = Vec::new();
     for part in &message.parts {
         match &part.body {
             PartBody::Text(text) => lines.push(text.clone()),
             PartBody::Data(data) => lines.push(data.to_string()),
+            PartBody::Bytes(_) | PartBody::Url(_) if takes_files => lines.push(format!(
+                "[a file: {}, {}]",
+                part.filename.as_deref().unwrap_or("unnamed"),
+                part.media_type.as_deref().unwrap_or("no media type")
+            )),
             PartBody::Bytes(_) | PartBody::Url(_) => {
                 return Err(A2aError::ContentType(
-                    "file parts are not taken: send the task as text (and data) parts".into(),
+                    "file parts are not taken by computer-use tasks yet: send the task as text \
+                     (and data) parts"
+                        .into(),
                 ));
             }
         }
@@ -584,7 +609,7 @@ mod tests {
     }
 
     #[test]
-    fn a_task_is_made_of_text_and_data_but_not_files() {
+    fn a_task_is_made_of_text_and_data_and_files_only_without_a_computer() {
         let mut message = Message::agent_text("m".into(), "hello", None, None);
         message.role = Role::User;
         message.parts.push(Part {
@@ -592,12 +617,17 @@ mod tests {
             media_type: None,
             filename: None,
         });
-        assert_eq!(task_text(&message).unwrap(), "hello\n{\"a\":1}");
+        assert_eq!(task_text(&message, false).unwrap(), "hello\n{\"a\":1}");
         message.parts.push(Part {
             body: PartBody::Url("http://x".into()),
             media_type: None,
             filename: None,
         });
-        assert_eq!(task_text(&message).unwrap_err().code(), -32005);
+        assert_eq!(task_text(&message, false).unwrap_err().code(), -32005);
+        assert!(
+            task_text(&message, true)
+                .unwrap()
+                .ends_with("[a file: unnamed, no media type]")
+        );
     }
 }

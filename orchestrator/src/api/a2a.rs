@@ -25,16 +25,24 @@ use crate::auth::Caller;
 
 /// How long clients may cache the card.
 const CARD_MAX_AGE_SECS: u32 = 300;
+
+/// When this process started: the card changes only with a restart (its version, URLs and
+/// skills come from the binary and the settings), so that is when it was last modified.
+static STARTED: std::sync::LazyLock<std::time::SystemTime> =
+    std::sync::LazyLock::new(std::time::SystemTime::now);
 /// SSE comments that keep an idle stream (and proxies) open.
 const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
 /// How often a stream checks that its key still stands.
 const AUTHORITY_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub fn routes() -> Router<AppState> {
+    std::sync::LazyLock::force(&STARTED);
     Router::new()
         .route("/.well-known/agent-card.json", get(card))
         .route(ENDPOINT, post(endpoint))
         .route(&format!("{ENDPOINT}/"), post(endpoint))
+        // 0.3 clients post to the URL they were given, often the origin.
+        .route("/", post(endpoint))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
 }
 
@@ -47,6 +55,7 @@ async fn card(State(state): State<AppState>, headers: HeaderMap) -> Response {
         &hex::encode(Sha256::digest(body.as_bytes()))[..32]
     );
     let cache = format!("public, max-age={CARD_MAX_AGE_SECS}");
+    let modified = httpdate::fmt_http_date(*STARTED);
     let fresh = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
@@ -57,7 +66,11 @@ async fn card(State(state): State<AppState>, headers: HeaderMap) -> Response {
         ([(header::CONTENT_TYPE, "application/json")], body).into_response()
     };
     let headers = response.headers_mut();
-    for (name, value) in [(header::ETAG, etag), (header::CACHE_CONTROL, cache)] {
+    for (name, value) in [
+        (header::ETAG, etag),
+        (header::CACHE_CONTROL, cache),
+        (header::LAST_MODIFIED, modified),
+    ] {
         if let Ok(value) = HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
@@ -115,13 +128,29 @@ async fn endpoint(State(state): State<AppState>, headers: HeaderMap, body: Bytes
         Err((id, error)) => return rpc_error(&id, &error, version),
     };
     let id = envelope.id;
-    let call = match codec::call(version, &envelope.method, &envelope.params) {
+    let mut call = match codec::call(version, &envelope.method, &envelope.params) {
         Ok(call) => call,
         Err(error) => return rpc_error(&id, &error, version),
     };
+    if let Call::Send(request) | Call::Stream(request) = &mut call {
+        match headers.get("idempotency-key").map(HeaderValue::to_str) {
+            None => {}
+            Some(Ok(key)) => request.idempotency_key = Some(key.to_string()),
+            Some(Err(_)) => {
+                let error =
+                    A2aError::InvalidParams("`Idempotency-Key` must be visible ASCII".into());
+                return rpc_error(&id, &error, version);
+            }
+        }
+    }
+    let streams = call.streams();
     match answer(&state, &caller, version, call).await {
         Ok(Answer::Result(result)) => axum::Json(rpc::result(&id, result)).into_response(),
-        Ok(Answer::Stream(items)) => stream(&state, caller, version, id, items),
+        Ok(Answer::Stream(items)) => stream(&state, caller, version, id, Ok(items)),
+        // A 0.3 client reads a streaming call's answer as a stream, errors included.
+        Err(error) if streams && version == Version::V03 => {
+            stream(&state, caller, version, id, Err(error))
+        }
         Err(error) => rpc_error(&id, &error, version),
     }
 }
@@ -167,8 +196,19 @@ fn stream(
     caller: Caller,
     version: Version,
     id: RequestId,
-    mut items: tokio::sync::mpsc::Receiver<StreamItem>,
+    items: Result<tokio::sync::mpsc::Receiver<StreamItem>, A2aError>,
 ) -> Response {
+    let mut items = match items {
+        Ok(items) => items,
+        Err(error) => {
+            let response = rpc::error(&id, &error, version);
+            let event = SseEvent::default().json_data(&response);
+            let events = futures_util::stream::iter(
+                event.into_iter().map(Ok::<_, std::convert::Infallible>),
+            );
+            return Sse::new(events).into_response();
+        }
+    };
     let state = state.clone();
     let authority = StreamAuthority::Key(caller.key_id);
     let events = async_stream_of(move |tx| async move {

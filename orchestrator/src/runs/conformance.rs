@@ -39,6 +39,8 @@ enum Step {
     Complete(Option<&'static str>),
     /// Declined: failed with a `rejected` error.
     Reject(&'static str),
+    /// Asks again after every answer, until a cancel.
+    Converse,
 }
 
 /// The script for a message id (longest prefixes first, as `tck-artifact-file-url` starts
@@ -154,7 +156,9 @@ fn script(message_id: &str) -> Vec<Step> {
         .iter()
         .find(|(prefix, _)| message_id.starts_with(prefix))
         .map(|(_, steps)| steps.to_vec())
-        .unwrap_or_else(|| vec![Work, Complete(None)])
+        // Any other message starts a conversation that goes on until it is canceled: the 0.3
+        // kit continues, reads the history of and cancels the task a plain message made.
+        .unwrap_or_else(|| vec![Work, Converse])
 }
 
 /// Whether a message with this id is answered with a direct Message rather than a task.
@@ -218,6 +222,15 @@ async fn follow(
             Step::Ask(question) => {
                 answer = Some(ask(question, control, &emit).await?);
             }
+            Step::Converse => {
+                let mut question = "What should I do next? (This task goes on until it is \
+                                    canceled.)"
+                    .to_string();
+                loop {
+                    let said = ask(&question, control, &emit).await?;
+                    question = format!("Noted: {said}. Anything else?");
+                }
+            }
             Step::Linger => {
                 tokio::select! {
                     () = tokio::time::sleep(LINGER) => {}
@@ -280,7 +293,8 @@ where
     F: Fn(RunEvent) -> Fut,
     Fut: std::future::Future<Output = Result<(), Stop>>,
 {
-    let request_id = "input-1".to_string();
+    // Each question its own id: an answer resolves when the loop has left *this* question.
+    let request_id = crate::secret::new_id("input");
     emit(RunEvent::InputRequested {
         request_id: request_id.clone(),
         kind: InputKind::Question,
@@ -322,7 +336,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_longest_prefix_wins_and_unknown_ids_complete() {
+    fn the_longest_prefix_wins_and_unknown_ids_converse() {
         assert!(matches!(
             script("tck-artifact-file-url-1")[0],
             Step::Keep(_, "link", _, _)
@@ -331,7 +345,7 @@ mod tests {
             script("tck-artifact-file-1")[0],
             Step::Keep(_, "output", _, _)
         ));
-        assert_eq!(script("anything"), vec![Step::Work, Step::Complete(None)]);
+        assert_eq!(script("anything"), vec![Step::Work, Step::Converse]);
         assert_eq!(
             answers_directly("tck-message-response-7"),
             Some("Direct message response")

@@ -40,8 +40,14 @@ const UNDOCUMENTED: &[(&str, &str)] = &[
         "/.well-known/agent-card.json",
         "A2A's Agent Card: its shape is A2A's (the README's A2A section)",
     ),
-    ("/a2a", "A2A's JSON-RPC endpoint: its methods are A2A's, not REST"),
-    ("/a2a/", "A2A's JSON-RPC endpoint: its methods are A2A's, not REST"),
+    (
+        "/a2a",
+        "A2A's JSON-RPC endpoint: its methods are A2A's, not REST",
+    ),
+    (
+        "/a2a/",
+        "A2A's JSON-RPC endpoint: its methods are A2A's, not REST",
+    ),
     ("/", "the web console's pages (a browser's)"),
     ("/sign-in", "the web console's pages (a browser's)"),
     ("/sandboxes", "the web console's pages (a browser's)"),

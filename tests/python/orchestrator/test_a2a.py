@@ -125,7 +125,7 @@ def test_the_card_is_open_cacheable_and_names_the_endpoint(server):
     assert {s["id"] for s in card["skills"]} >= {"desktop-task", "browser-task"}
     assert "bearer" in card["securitySchemes"]
     assert ADMIN_KEY not in answer.text
-    assert "max-age" in answer.headers["Cache-Control"]
+    assert "max-age" in answer.headers["Cache-Control"] and answer.headers["Last-Modified"]
     again = requests.get(server.url + "/.well-known/agent-card.json",
                          headers={"If-None-Match": answer.headers["ETag"]}, timeout=30)
     assert again.status_code == 304
