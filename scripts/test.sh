@@ -337,6 +337,8 @@ main() {
     bench run-steps --iterations 1
   step "benchmark harness smoke run (claims, 6 claims)" \
     bench claims --claims 6 --pool 3 --load-threads 0
+  step "benchmark harness smoke run (A2A, 2 tasks, 20 streams)" \
+    bench a2a --iterations 2 --turns 2 --streams 20 --answers 1
 
   disk_report end
   phase_table >&2

@@ -50,3 +50,26 @@ where
         ))
         .layer(UnreadBodyLayer::new())
 }
+
+/// Serves `app` on `listener` until `stop` resolves, then lets the requests in flight finish.
+///
+/// Every accepted connection has `TCP_NODELAY`: a response written in pieces (an SSE stream's
+/// headers, then each event; a chunked body) goes out at once instead of waiting, under
+/// Nagle's algorithm, for the client's delayed acknowledgement of the piece before (40 ms on
+/// Linux: measured as the whole difference between a run's first streamed event at 42 ms and
+/// at 2 ms, `agentbox-bench a2a`).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY could not be set on a connection");
+        }
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop)
+        .await
+}

@@ -43,6 +43,10 @@ const HARNESSES: &[(&str, &str)] = &[
         "cold create, warm claim, proxy overhead, API under load",
     ),
     ("run-steps", "per-step overhead of a computer-use run"),
+    (
+        "a2a",
+        "what A2A adds over the runs API: first working, per event, 200 streams",
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
             "memory" => harness::memory::main().await,
             "orchestrator" => harness::orchestrator::main().await,
             "run-steps" => harness::run_steps::main().await,
+            "a2a" => harness::a2a::main().await,
             _ => Err(anyhow::anyhow!("unknown harness {name:?}")),
         }
     });

@@ -1,5 +1,6 @@
 //! The harnesses, one module each; `main` runs one with its flags read from the command line.
 
+pub mod a2a;
 pub mod capabilities;
 pub mod claims;
 pub mod code_exec;

@@ -75,8 +75,9 @@ pub fn agent_card(public_url: &str, conformance: bool) -> Value {
             "extensions": [{
                 "uri": COMPUTER_SESSION_EXTENSION,
                 "description": "Not a standard A2A field: a task's metadata under this key \
-                    names the computer session (the sandbox) that runs it and the links to \
-                    watch it and read its artifacts.",
+                    names the computer session (the sandbox) that runs it (computerSessionId), \
+                    a watch-only link to its desktop and timeline (watchUrl, a revocable share \
+                    link of the run) and the links to its record and artifacts.",
                 "required": false,
             }],
         },

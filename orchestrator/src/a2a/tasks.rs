@@ -114,13 +114,15 @@ impl Tasks {
             status: projection.status.clone(),
             history: projection.history(history_length),
             artifacts,
-            metadata: Some(self.metadata(run)),
+            metadata: Some(self.metadata(run).await),
         };
         Ok((task, projection))
     }
 
-    /// The computer-session extension: which sandbox the run drives and where to see it.
-    fn metadata(&self, run: &RunRecord) -> Map<String, Value> {
+    /// The computer-session extension: which sandbox the run drives and where to see it,
+    /// with a watch link (a share link of the run: watch-only desktop, timeline, artifacts)
+    /// for a run that drives a computer.
+    async fn metadata(&self, run: &RunRecord) -> Map<String, Value> {
         let base = &self.public_url;
         let mut session = json!({
             "runUrl": format!("{base}/v1/runs/{}", run.id),
@@ -129,6 +131,21 @@ impl Tasks {
         });
         if let Some(sandbox) = &run.sandbox_id {
             session["computerSessionId"] = sandbox.clone().into();
+        }
+        if run.model != CONFORMANCE {
+            let token = self
+                .runs
+                .sandboxes
+                .watch_link_token(&run.id, run.sandbox_id.as_deref(), &run.owner_key_id)
+                .await;
+            match token {
+                Ok(token) => {
+                    let query = serde_urlencoded::to_string([("token", token.as_str())])
+                        .unwrap_or_default();
+                    session["watchUrl"] = format!("{base}/share/runs/{}?{query}", run.id).into();
+                }
+                Err(error) => tracing::warn!(run_id = %run.id, %error, "no watch link"),
+            }
         }
         let mut map = Map::new();
         map.insert(COMPUTER_SESSION_EXTENSION.into(), session);

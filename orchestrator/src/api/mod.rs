@@ -142,16 +142,9 @@ pub fn openapi_document() -> utoipa::openapi::OpenApi {
     document
 }
 
-/// Serves `app` on `listener` until `stop` resolves, then lets the requests in flight finish.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop)
-        .await
-}
+/// Serves `app` on `listener` until `stop` resolves (the shared [`plumbing::serve`]: every
+/// connection with `TCP_NODELAY`), then lets the requests in flight finish.
+pub use agentbox_http::plumbing::serve;
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {

@@ -50,6 +50,11 @@ use sandboxd::{SandboxProbe, SandboxdClient};
 
 pub use crate::metrics::EndReason;
 
+/// The id prefix of A2A watch links (share tokens made for a task's metadata).
+const WATCH_LINK_PREFIX: &str = "wch-";
+/// A watch link is made again when it has less than this left (an hour).
+const WATCH_LINK_MIN_LEFT_MS: i64 = 3600 * 1000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error(transparent)]
@@ -832,6 +837,45 @@ impl Sandboxes {
             ttl_secs,
         )
         .await
+    }
+
+    /// The watch link's token of run `run_id` for key `issuer_key_id`: a share link (watch-only
+    /// desktop, timeline, artifacts) that A2A puts in a task's metadata. One per run and key,
+    /// kept while it has [`WATCH_LINK_MIN_LEFT_MS`] to live: its token is signed again from
+    /// its row (the token itself is never stored), so every read of the task shows the same
+    /// link; revoking the run's share links revokes it too.
+    pub async fn watch_link_token(
+        &self,
+        run_id: &str,
+        sandbox_id: Option<&str>,
+        issuer_key_id: &str,
+    ) -> Result<String, SandboxError> {
+        let now = self.clock.now_ms();
+        let live = self.store.share_tokens(run_id, now).await?;
+        if let Some(record) = live.iter().rev().find(|t| {
+            t.id.starts_with(WATCH_LINK_PREFIX)
+                && t.issuer_key_id.as_deref() == Some(issuer_key_id)
+                && t.expires_at - now >= WATCH_LINK_MIN_LEFT_MS
+        }) {
+            return Ok(self.signer.sign(&Claims {
+                tid: record.id.clone(),
+                sid: record.sandbox_id.clone(),
+                scope: Scope::Share,
+                exp: record.expires_at,
+                run: record.run_id.clone(),
+            }));
+        }
+        let (token, _) = self
+            .mint(
+                WATCH_LINK_PREFIX,
+                sandbox_id.unwrap_or_default().to_string(),
+                Some(run_id),
+                issuer_key_id,
+                Scope::Share,
+                validate::MAX_TOKEN_TTL_SECS,
+            )
+            .await?;
+        Ok(token)
     }
 
     /// The run's share links that still open.

@@ -264,6 +264,14 @@ def test_a_real_run_asks_a_person_and_the_answer_comes_by_the_task_id(server, ke
             assert task.status.message.parts[0].text == "Which colour should the triangle be?"
             meta = task.metadata["https://agentbox.dev/a2a/computer-session/v1"]
             assert meta["computerSessionId"].startswith("sbx")
+            # The watch link: the run's share page, watch-only, without the key; the same link
+            # on every read of the task.
+            watch = meta["watchUrl"]
+            assert "/share/runs/" + task.id in watch
+            page = requests.get(watch, timeout=30, allow_redirects=True)
+            assert page.status_code == 200, page.text
+            again = await client.get_task(GetTaskRequest(id=task.id))
+            assert again.metadata["https://agentbox.dev/a2a/computer-session/v1"]["watchUrl"] == watch
             [event] = await send(client, message("answer", text="Red", task_id=task.id))
             done = event.task
             assert done.id == task.id and done.context_id == task.context_id
