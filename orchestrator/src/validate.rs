@@ -45,6 +45,11 @@ const MAX_IMAGE: usize = 255;
 pub const MAX_TASK_BYTES: usize = 64 * 1024;
 /// Longest idempotency key.
 pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+/// Most input files a run may be given, and their total size.
+pub const MAX_INPUT_FILES: usize = 20;
+pub const MAX_INPUT_BYTES: usize = 8 * 1024 * 1024;
+/// Longest input file name.
+const MAX_INPUT_NAME: usize = 100;
 /// Upper bounds of the limits a run may ask for.
 const MAX_STEPS: u32 = 1000;
 const MAX_SECONDS: u64 = 24 * 3600;
@@ -240,6 +245,42 @@ pub fn run_limits(
     })
 }
 
+/// A run's input files, as (name, size): at most [`MAX_INPUT_FILES`] of at most
+/// [`MAX_INPUT_BYTES`] together, each name a plain file name (no folder, not hidden), no two
+/// alike.
+pub fn run_inputs<'a>(files: impl IntoIterator<Item = (&'a str, usize)>) -> Result<(), Invalid> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut total = 0usize;
+    for (name, size) in files {
+        let plain = !name.is_empty()
+            && name.len() <= MAX_INPUT_NAME
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ' '));
+        if !plain {
+            return Err(invalid(
+                "inputs",
+                format!(
+                    "{name:?}: a file name of 1 to {MAX_INPUT_NAME} letters, digits, spaces, \
+                     '.', '_' or '-', not starting with '.'"
+                ),
+            ));
+        }
+        if !names.insert(name) {
+            return Err(invalid("inputs", format!("{name:?} is given twice")));
+        }
+        total = total.saturating_add(size);
+    }
+    if names.len() > MAX_INPUT_FILES || total > MAX_INPUT_BYTES {
+        return Err(invalid(
+            "inputs",
+            format!("at most {MAX_INPUT_FILES} files of {MAX_INPUT_BYTES} bytes together"),
+        ));
+    }
+    Ok(())
+}
+
 /// An `Idempotency-Key` header's value: 1 to [`MAX_IDEMPOTENCY_KEY`] bytes.
 pub fn idempotency_key(key: &str) -> Result<(), Invalid> {
     if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY {
@@ -330,6 +371,16 @@ mod tests {
         let limits = run_limits(Some(5), None, None).unwrap();
         assert_eq!(limits.max_steps, 5);
         assert_eq!(limits.max_seconds, Limits::default().max_seconds);
+        assert!(run_inputs([("notes.txt", 10), ("data 1.csv", 10)]).is_ok());
+        for bad in ["", "../x", "a/b", ".hidden"] {
+            assert_eq!(
+                run_inputs([(bad, 1)]).unwrap_err().field,
+                "inputs",
+                "{bad:?}"
+            );
+        }
+        assert!(run_inputs([("a", 1), ("a", 1)]).is_err());
+        assert!(run_inputs([("a", MAX_INPUT_BYTES + 1)]).is_err());
         assert!(idempotency_key("").is_err());
         assert!(idempotency_key(&"k".repeat(256)).is_err());
         assert_eq!(token_ttl(0).unwrap_err().field, "ttl_secs");

@@ -200,10 +200,10 @@ impl Projection {
     }
 }
 
-/// Whether an artifact of this kind is one of the task's (screenshots are the run's record,
-/// not its result).
+/// Whether an artifact of this kind is one of the task's (screenshots are the run's record
+/// and inputs the client's own files, not its result).
 pub fn shown_artifact(kind: &str) -> bool {
-    kind != "screenshot"
+    !matches!(kind, "screenshot" | "input")
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use super::project::{Change, Projection, context_of, shown_artifact};
 use super::rpc::A2aError;
 use crate::db::{ArtifactRecord, EventRecord, RunFilter, RunRecord, RunStatus};
 use crate::runs::conformance::answers_directly;
-use crate::runs::{RunError, RunRequest, Runs, backend::CONFORMANCE};
+use crate::runs::{InputFile, RunError, RunRequest, Runs, backend::CONFORMANCE};
 use crate::secret::new_id;
 
 /// Files up to this size are sent inline with a task; larger ones by URL (with the key).
@@ -363,7 +363,14 @@ impl Tasks {
                     run.status.as_str()
                 )));
             }
-            let text = task_text(&message, run.model == CONFORMANCE)?;
+            let (text, files) = task_of(&message, run.model == CONFORMANCE)?;
+            if !files.is_empty() {
+                return Err(A2aError::ContentType(
+                    "an answer to a task's question is text: files go with the message that \
+                     makes the task"
+                        .into(),
+                ));
+            }
             let after = run.last_seq;
             self.runs
                 .answer(task_id, Some(owner), text)
@@ -390,7 +397,7 @@ impl Tasks {
             })?,
         };
         let conformance = model.trim() == CONFORMANCE;
-        let text = task_text(&message, conformance)?;
+        let (text, inputs) = task_of(&message, conformance)?;
         let context_id = message.context_id.clone().unwrap_or_else(|| new_id("ctx"));
         if conformance && let Some(reply) = answers_directly(&message.message_id) {
             return Ok(Submitted::Direct(Message::agent_text(
@@ -404,6 +411,7 @@ impl Tasks {
             task: text,
             model,
             idempotency_key: request.idempotency_key.clone(),
+            inputs,
             context_id: Some(context_id),
             message_id: Some(message.message_id.clone()),
             ..RunRequest::default()
@@ -559,26 +567,31 @@ fn settles(event: &EventRecord) -> bool {
     })
 }
 
-/// The text of a task: its message's text parts, data parts as JSON. File parts are taken only
-/// by a backend without a computer (the conformance executor, which names them in the text);
-/// a computer-use run does not take files yet.
-fn task_text(message: &Message, takes_files: bool) -> Result<String, A2aError> {
+/// A task from a message: its text parts and its data parts (as JSON) make the text; file
+/// parts sent inline become the run's input files (in the sandbox's `~/inputs`). A backend
+/// without a computer (the conformance executor) takes files by naming them in the text.
+/// Files by URL are refused: the orchestrator fetches no URL a client names.
+fn task_of(message: &Message, conformance: bool) -> Result<(String, Vec<InputFile>), A2aError> {
     let mut lines = Vec::new();
-    for part in &message.parts {
+    let mut files = Vec::new();
+    for (index, part) in message.parts.iter().enumerate() {
         match &part.body {
             PartBody::Text(text) => lines.push(text.clone()),
             PartBody::Data(data) => lines.push(data.to_string()),
-            PartBody::Bytes(_) | PartBody::Url(_) if takes_files => lines.push(format!(
+            PartBody::Bytes(_) | PartBody::Url(_) if conformance => lines.push(format!(
                 "[a file: {}, {}]",
                 part.filename.as_deref().unwrap_or("unnamed"),
                 part.media_type.as_deref().unwrap_or("no media type")
             )),
-            PartBody::Bytes(_) | PartBody::Url(_) => {
-                return Err(A2aError::ContentType(
-                    "file parts are not taken by computer-use tasks yet: send the task as text \
-                     (and data) parts"
-                        .into(),
-                ));
+            PartBody::Bytes(bytes) => files.push(InputFile {
+                name: file_name(part.filename.as_deref(), index),
+                bytes: bytes::Bytes::from(bytes.clone()),
+            }),
+            PartBody::Url(_) => {
+                return Err(A2aError::ContentType(format!(
+                    "`message.parts[{index}]`: files by URL are not fetched (the orchestrator \
+                     reaches no address a client names); send the file's bytes"
+                )));
             }
         }
     }
@@ -588,7 +601,33 @@ fn task_text(message: &Message, takes_files: bool) -> Result<String, A2aError> {
             "`message.parts` hold no text to make a task of".into(),
         ));
     }
-    Ok(text)
+    Ok((text, files))
+}
+
+/// A file part's name as an input file's: its own, made safe, or `file-<n>`.
+fn file_name(given: Option<&str>, index: usize) -> String {
+    let base = given
+        .and_then(|name| name.rsplit(['/', '\\']).next())
+        .unwrap_or_default();
+    let mut clean: String = base
+        .chars()
+        .take(100)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ' ') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while clean.starts_with('.') {
+        clean.replace_range(0..1, "_");
+    }
+    if clean.trim().is_empty() {
+        format!("file-{index}")
+    } else {
+        clean
+    }
 }
 
 /// A page token: the last task's change time and id.
@@ -626,7 +665,7 @@ mod tests {
     }
 
     #[test]
-    fn a_task_is_made_of_text_and_data_and_files_only_without_a_computer() {
+    fn a_task_is_made_of_text_data_and_inline_files() {
         let mut message = Message::agent_text("m".into(), "hello", None, None);
         message.role = Role::User;
         message.parts.push(Part {
@@ -634,17 +673,24 @@ mod tests {
             media_type: None,
             filename: None,
         });
-        assert_eq!(task_text(&message, false).unwrap(), "hello\n{\"a\":1}");
         message.parts.push(Part {
-            body: PartBody::Url("http://x".into()),
+            body: PartBody::Bytes(b"x,y".to_vec()),
+            media_type: Some("text/csv".into()),
+            filename: Some("../../etc/.data.csv".into()),
+        });
+        let (text, files) = task_of(&message, false).unwrap();
+        assert_eq!(text, "hello\n{\"a\":1}");
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].name, "_data.csv");
+        assert_eq!(&files[0].bytes[..], b"x,y");
+        let (named, none) = task_of(&message, true).unwrap();
+        assert!(named.ends_with("[a file: ../../etc/.data.csv, text/csv]") && none.is_empty());
+        message.parts.push(Part {
+            body: PartBody::Url("http://169.254.169.254/".into()),
             media_type: None,
             filename: None,
         });
-        assert_eq!(task_text(&message, false).unwrap_err().code(), -32005);
-        assert!(
-            task_text(&message, true)
-                .unwrap()
-                .ends_with("[a file: unnamed, no media type]")
-        );
+        assert_eq!(task_of(&message, false).unwrap_err().code(), -32005);
+        assert_eq!(file_name(None, 3), "file-3");
     }
 }

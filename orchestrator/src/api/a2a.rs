@@ -16,12 +16,16 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::runs::{StreamAuthority, async_stream_of};
-use super::{AppState, BODY_LIMIT, bearer};
+use super::{AppState, bearer};
 use crate::a2a::card::{ENDPOINT, agent_card};
 use crate::a2a::codec;
 use crate::a2a::model::{Call, StreamItem};
 use crate::a2a::rpc::{self, A2aError, RequestId, Version};
 use crate::auth::Caller;
+
+/// Largest request: a message with inline files of up to `validate::MAX_INPUT_BYTES` together,
+/// in base64, and its JSON.
+const BODY_LIMIT: usize = crate::validate::MAX_INPUT_BYTES / 3 * 4 + 1024 * 1024;
 
 /// How long clients may cache the card.
 const CARD_MAX_AGE_SECS: u32 = 300;

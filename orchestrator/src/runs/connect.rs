@@ -1,5 +1,6 @@
 //! The seam between a run and its sandbox: [`SandboxConnector`] turns a ready sandbox into the
-//! [`Computer`] the loop drives and the [`SandboxFiles`] the sink copies `~/outputs` through.
+//! [`Computer`] the loop drives and the [`SandboxFiles`] the sink copies `~/outputs` through
+//! (and the driver puts a run's input files in `~/inputs` with).
 //!
 //! [`SandboxdConnector`] is the one the server runs with: one `sandbox-client` (and connection
 //! pool) per run, used both by [`SandboxdComputer`] and by the sink, with the sandbox's own key.
@@ -67,6 +68,8 @@ pub trait SandboxFiles: Send + Sync {
     /// The bytes of the file at `path`, when it has at most `limit` of them
     /// ([`FilesError::TooLarge`] otherwise, however large the listing said it was).
     async fn download_at_most(&self, path: &str, limit: u64) -> Result<Vec<u8>, FilesError>;
+    /// Writes `bytes` as the file at `path` (its folder made if missing), replacing it.
+    async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<(), FilesError>;
 }
 
 /// The real connector: sandboxd's REST API at the sandbox's address.
@@ -142,6 +145,14 @@ impl SandboxFiles for SandboxClient {
     async fn download_at_most(&self, path: &str, limit: u64) -> Result<Vec<u8>, FilesError> {
         self.file_download_at_most(path, limit)
             .await
+            .map_err(files_error)
+    }
+
+    async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<(), FilesError> {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        self.file_upload(Some(path), name, bytes)
+            .await
+            .map(drop)
             .map_err(files_error)
     }
 }

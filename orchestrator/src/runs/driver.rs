@@ -1,6 +1,7 @@
 //! Drives one run in its own task: writes `queued`, hands a run of the conformance executor to
-//! [`super::conformance`]; otherwise takes a sandbox (warm pool first) unless the caller named one, builds the model and the computer, closes the control viewers' input,
-//! runs the loop (or resumes it from its checkpoint after a restart) and, all along, renews
+//! [`super::conformance`]; otherwise takes a sandbox (warm pool first) unless the caller named
+//! one, builds the model and the computer, puts the run's input files in `~/inputs`, closes the
+//! control viewers' input, runs the loop (or resumes it from its checkpoint after a restart) and, all along, renews
 //! the run's lease; when the lease is lost the loop is dropped at once, so a second process
 //! never drives the same run.
 
@@ -194,6 +195,7 @@ async fn drive(
         Ok(parts) => parts,
         Err(error) => return fail(&bare, ErrorKind::SandboxError, error.to_string()).await,
     };
+    let (files, home) = (link.files.clone(), link.home.clone());
     let sink = Arc::new(RunSink::new(runs.clone(), &run, active.clone(), Some(link)));
     let model = match ModelSpec::parse(&run.model)
         .map_err(|e| e.to_string())
@@ -217,7 +219,19 @@ async fn drive(
             .await;
         }
     };
-    let mut config = RunConfig::new(run.task.clone());
+    let mut task = run.task.clone();
+    // A new start (no checkpoint) puts the run's input files in the sandbox first.
+    if checkpoint.is_none() {
+        match put_inputs(&runs, &run.id, files.as_ref(), &home).await {
+            Ok(names) if names.is_empty() => {}
+            Ok(names) => task.push_str(&format!(
+                "\n\n(The files for this task are in ~/inputs: {}.)",
+                names.join(", ")
+            )),
+            Err(message) => return fail(&sink, ErrorKind::SandboxError, message).await,
+        }
+    }
+    let mut config = RunConfig::new(task);
     config.limits = run.limits;
 
     if start_or_canceled(&active) {
@@ -275,6 +289,39 @@ impl Drop for Driving {
             .sandboxes
             .set_control_input(&self.sandbox_id, true);
     }
+}
+
+/// Puts the run's `input` artifacts in `<home>/inputs/`; returns their file names.
+async fn put_inputs(
+    runs: &Runs,
+    run_id: &str,
+    files: &dyn super::connect::SandboxFiles,
+    home: &str,
+) -> Result<Vec<String>, String> {
+    let records = runs
+        .store
+        .artifacts(run_id)
+        .await
+        .map_err(|e| format!("reading the run's input files: {e}"))?;
+    let mut names = Vec::new();
+    for record in records.iter().filter(|r| r.kind == "input") {
+        let Some(name) = record.name.strip_prefix("inputs/") else {
+            continue;
+        };
+        let bytes = runs
+            .artifacts
+            .get(run_id, &record.name)
+            .await
+            .map_err(|e| format!("reading input {name}: {e}"))?
+            .ok_or_else(|| format!("input {name} is missing from the artifact store"))?;
+        let path = format!("{}/inputs/{name}", home.trim_end_matches('/'));
+        files
+            .upload(&path, bytes.to_vec())
+            .await
+            .map_err(|e| format!("putting input {name} in the sandbox: {e}"))?;
+        names.push(name.to_string());
+    }
+    Ok(names)
 }
 
 /// The computer the loop drives and the sink's link, for a ready sandbox (through the runs'

@@ -89,6 +89,15 @@ pub struct RunRequest {
     pub context_id: Option<String>,
     /// The A2A message that asks for it.
     pub message_id: Option<String>,
+    /// Files the run starts with, in the sandbox's `~/inputs`.
+    pub inputs: Vec<InputFile>,
+}
+
+/// A file a run is given: put in `~/inputs/<name>` before the agent starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFile {
+    pub name: String,
+    pub bytes: bytes::Bytes,
 }
 
 impl RunRequest {
@@ -312,6 +321,12 @@ impl Runs {
         let limits =
             validate::run_limits(request.max_steps, request.max_seconds, request.max_images)?;
         validate::metadata(&request.metadata, RUN_METADATA)?;
+        validate::run_inputs(
+            request
+                .inputs
+                .iter()
+                .map(|f| (f.name.as_str(), f.bytes.len())),
+        )?;
         if let Some(key) = &request.idempotency_key {
             validate::idempotency_key(key)?;
         }
@@ -364,9 +379,63 @@ impl Runs {
                 )));
             }
         }
+        if let Err(error) = self.keep_inputs(&record, &request.inputs).await {
+            // Nothing will drive it: it ends here, and says why.
+            let reason = format!("its input files could not be kept: {error}");
+            let failed = agent::RunEvent::RunStatus {
+                status: RunStatus::Failed,
+                reason: Some(reason.clone()),
+                answer: None,
+            };
+            let data = serde_json::to_string(&failed).unwrap_or_default();
+            let change = crate::db::StatusChange {
+                status: RunStatus::Failed,
+                answer: None,
+                reason: Some(reason),
+            };
+            let _ = self
+                .store
+                .append_event(
+                    &record.id,
+                    &self.lease_owner,
+                    failed.kind(),
+                    &data,
+                    now,
+                    Some(&change),
+                )
+                .await;
+            return Err(error);
+        }
         let active = self.register(&record.id);
         driver::spawn(self.clone(), record.clone(), active, None);
         Ok((record, Created::New))
+    }
+
+    /// Keeps a new run's input files as its `input` artifacts (`inputs/<name>`), which the
+    /// driver puts in the sandbox.
+    async fn keep_inputs(&self, run: &RunRecord, inputs: &[InputFile]) -> Result<(), RunError> {
+        for input in inputs {
+            let name = format!("inputs/{}", input.name);
+            self.artifacts
+                .put(&run.id, &name, input.bytes.clone())
+                .await?;
+            let record = ArtifactRecord {
+                run_id: run.id.clone(),
+                name,
+                kind: "input".into(),
+                size: i64::try_from(input.bytes.len()).unwrap_or(i64::MAX),
+                content_type: artifacts::sniff_content_type(&input.bytes).to_string(),
+                sha256: hex::encode(Sha256::digest(&input.bytes)),
+                created_at: run.created_at,
+            };
+            if !self.store.keep_artifact(&record, &self.lease_owner).await? {
+                return Err(RunError::Conflict(format!(
+                    "run {} ended before its inputs were kept",
+                    run.id
+                )));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn lease_ms(&self) -> i64 {

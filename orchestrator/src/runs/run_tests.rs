@@ -634,3 +634,67 @@ async fn nothing_is_written_after_the_terminal_status() {
         "the late output was written to the artifact store"
     );
 }
+
+#[tokio::test]
+async fn input_files_are_in_the_sandbox_before_the_agent_starts_and_bad_ones_make_nothing() {
+    let f = Fixture::new(LONG_LEASE).await;
+    let runs = f.process();
+    let (sandbox, fake) = f.sandbox().await;
+    let model = f.script("inputs", json!([final_step("read it")]));
+    let request = |inputs: Vec<InputFile>| RunRequest {
+        task: "read the notes".into(),
+        model: model.clone(),
+        sandbox_id: Some(sandbox.id.clone()),
+        inputs,
+        ..RunRequest::default()
+    };
+    let notes = InputFile {
+        name: "notes.txt".into(),
+        bytes: bytes::Bytes::from_static(b"the notes"),
+    };
+
+    // A name with a folder in it is refused, naming the field, and no run is made.
+    let sneaky = InputFile {
+        name: "../notes.txt".into(),
+        ..notes.clone()
+    };
+    let refused = runs.create(OWNER, request(vec![sneaky])).await.unwrap_err();
+    assert!(
+        matches!(&refused, RunError::Invalid(i) if i.field == "inputs"),
+        "{refused}"
+    );
+    assert!(
+        runs.list(Some(OWNER), None, &Default::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let (run, _) = runs
+        .create(OWNER, request(vec![notes]))
+        .await
+        .expect("a run with inputs");
+    f.wait_for_status(&run.id, RunStatus::Completed).await;
+    let path = format!("{HOME}/inputs/notes.txt");
+    assert_eq!(
+        fake.download_at_most(&path, 1024)
+            .await
+            .expect("the input in the sandbox"),
+        b"the notes"
+    );
+    // Kept as the run's `input` artifact, and not one of its results.
+    let kept = runs
+        .artifacts(&run.id, Some(OWNER))
+        .await
+        .expect("artifacts");
+    assert!(
+        kept.iter()
+            .any(|a| a.name == "inputs/notes.txt" && a.kind == "input"),
+        "{kept:?}"
+    );
+    assert!(
+        !kinds(&f.events(&run.id).await)
+            .iter()
+            .any(|k| k.contains("artifact"))
+    );
+}

@@ -337,6 +337,11 @@ impl SandboxFiles for FakeSandbox {
         }
         Ok(content)
     }
+
+    async fn upload(&self, path: &str, bytes: Vec<u8>) -> Result<(), FilesError> {
+        self.lock().files.insert(path.to_string(), bytes);
+        Ok(())
+    }
 }
 
 #[derive(Default)]

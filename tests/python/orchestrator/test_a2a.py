@@ -258,12 +258,21 @@ def test_cancel_a_working_task_and_a_finished_one_is_not_cancelable(server, key)
 def test_a_real_run_asks_a_person_and_the_answer_comes_by_the_task_id(server, key):
     async def scenario():
         async with client_for(server, key) as client:
-            [event] = await send(client, message("ask", text="Draw a triangle", model="script:ask.json"))
+            msg = message("ask", text="Draw a triangle", model="script:ask.json")
+            # A file sent inline goes to the sandbox's ~/inputs before the agent starts.
+            msg.parts.append(Part(raw=b"red, green", media_type="text/plain", filename="colours.txt"))
+            [event] = await send(client, msg)
             task = event.task
             assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task.status
             assert task.status.message.parts[0].text == "Which colour should the triangle be?"
             meta = task.metadata["https://agentbox.dev/a2a/computer-session/v1"]
             assert meta["computerSessionId"].startswith("sbx")
+            read = requests.post(f"{server.url}/v1/sandboxes/{meta['computerSessionId']}/api/v1/shell/exec",
+                                 json={"command": "cat ~/inputs/colours.txt"},
+                                 headers={"Authorization": f"Bearer {key}"}, timeout=60)
+            assert read.status_code == 200 and read.json()["data"]["output"].strip() == "red, green", read.text
+            # The client's own file is not one of the task's artifacts.
+            assert not any(a.artifact_id.startswith("inputs/") for a in task.artifacts)
             # The watch link: the run's share page, watch-only, without the key; the same link
             # on every read of the task.
             watch = meta["watchUrl"]
