@@ -222,6 +222,20 @@ prepare() {
 # Free space on the file systems the run writes to (cargo's target directory and Docker's), logged at
 # the start and the end of a run: a full disk shows up as "no space left on device" far from its
 # cause.
+# Removes the sandbox networks the suite's own orchestrators left behind (a network being made
+# when its orchestrator was killed is finished by Docker after the test's cleanup looked; seen:
+# 2-3 a run). Only the suite's instance names are touched (tests, benchmarks, the Python
+# suites), never a running Agentbox's; a network still in use is left alone.
+sweep_test_networks() {
+  local names swept=0
+  names=$(docker network ls --format '{{.Name}}' 2>/dev/null |
+    grep -E '^agentbox-(test|bench|pytest|pyconsole|pya2a|pya2a03)-.+' || true)
+  for name in $names; do
+    docker network rm "$name" >/dev/null 2>&1 && swept=$((swept + 1))
+  done
+  log "networks the suite's orchestrators left behind, removed: $swept"
+}
+
 disk_report() { # when
   local line containers
   for dir in "$root" "$(target_dir "$root")" "$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /var/lib/docker)"; do
@@ -340,6 +354,7 @@ main() {
   step "benchmark harness smoke run (A2A, 2 tasks, 20 streams)" \
     bench a2a --iterations 2 --turns 2 --streams 20 --answers 1
 
+  sweep_test_networks
   disk_report end
   phase_table >&2
   log "finished in $(( $(date +%s) - started )) s"
