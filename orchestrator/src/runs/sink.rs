@@ -28,6 +28,17 @@ const DECLARABLE_TYPES: &[&str] = &["text/plain", "application/json"];
 /// The most time the final copy of `~/outputs` may take before the terminal status.
 const FINAL_COPY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The `artifact.created` event of a kept artifact.
+fn created(record: ArtifactRecord) -> RunEvent {
+    RunEvent::ArtifactCreated {
+        name: record.name,
+        kind: record.kind,
+        size: u64::try_from(record.size).unwrap_or(0),
+        content_type: record.content_type,
+        sha256: record.sha256,
+    }
+}
+
 /// The sandbox a run drives, as the sink reaches it.
 pub(crate) struct SandboxLink {
     pub(crate) sandbox_id: String,
@@ -210,13 +221,7 @@ impl RunSink {
                 }
                 Ok(record) => {
                     copied.insert(name, stamp);
-                    let event = RunEvent::ArtifactCreated {
-                        name: record.name,
-                        kind: record.kind,
-                        size: u64::try_from(record.size).unwrap_or(0),
-                        content_type: record.content_type,
-                        sha256: record.sha256,
-                    };
+                    let event = created(record);
                     if let Err(error) = self.append(&event, None).await {
                         tracing::debug!(run_id = %self.run_id, %error, "artifact event not written");
                         return;
@@ -257,13 +262,7 @@ impl RunSink {
             }
             Err(error) => return Err(SinkError(error.to_string())),
         };
-        let event = RunEvent::ArtifactCreated {
-            name: record.name,
-            kind: record.kind,
-            size: u64::try_from(record.size).unwrap_or(0),
-            content_type: record.content_type,
-            sha256: record.sha256,
-        };
+        let event = created(record);
         self.append(&event, None).await.map(drop)
     }
 
