@@ -179,7 +179,30 @@ def _watch(page):
     page.on("console", lambda m: JOURNAL.append(f"[{name()}] console.{m.type}: {m.text}"))
     page.on("pageerror", lambda e: JOURNAL.append(f"[{name()}] script error: {e}"))
     page.on("requestfailed", lambda r: JOURNAL.append(f"[{name()}] failed: {r.method} {r.url} ({r.failure})"))
+    page.on("requestfailed", lambda r: _reload_after_network_change(page, r))
     page.on("response", lambda r: r.status >= 400 and JOURNAL.append(f"[{name()}] {r.status}: {r.request.method} {r.url}"))
+
+
+# Chromium aborts loads in flight with ERR_NETWORK_CHANGED when an interface on the host comes
+# or goes, and other tests make Docker networks all along: a page that lost its document, a
+# script or a stylesheet that way is loaded again (a few times at most), as a person would.
+NETWORK_CHANGED_RELOADS = 3
+
+
+def _reload_after_network_change(page, request):
+    if "ERR_NETWORK_CHANGED" not in (request.failure or ""):
+        return
+    if request.resource_type not in ("document", "script", "stylesheet"):
+        return
+    done = getattr(page, "_network_changed_reloads", 0)
+    if done >= NETWORK_CHANGED_RELOADS:
+        return
+    page._network_changed_reloads = done + 1
+    JOURNAL.append(f"reloading {page.url} after ERR_NETWORK_CHANGED ({done + 1})")
+    try:
+        page.reload()
+    except Exception as error:  # noqa: BLE001 - a page gone meanwhile: nothing to reload
+        JOURNAL.append(f"reload failed: {error}")
 
 
 class WatchedBrowser:
