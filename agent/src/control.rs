@@ -42,6 +42,17 @@ pub enum ControlError {
     NotPaused,
     #[error("the run is not waiting for input")]
     NotWaitingForInput,
+    /// The driver could not cancel (a remote agent refused), and the run goes on.
+    #[error("the cancel was refused: {0}")]
+    CancelRefused(String),
+}
+
+/// How the driver answered a cancel it could not finish at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CancelReply {
+    /// Sent on (to a remote agent) and not confirmed yet: the run is `canceling`.
+    Pending,
+    Refused(String),
 }
 
 /// What interrupts the loop while it drives.
@@ -72,6 +83,7 @@ struct Requests {
     take_over: bool,
     hand_back: Option<String>,
     answer: Option<String>,
+    cancel_reply: Option<CancelReply>,
 }
 
 #[derive(Debug)]
@@ -168,14 +180,37 @@ impl Control {
     }
 
     /// Cancels the run; resolves once the final `canceled` status has been emitted.
+    ///
+    /// A driver that cannot finish a cancel at once answers it instead: refused (the run goes
+    /// on: `Err(CancelRefused)`) or pending (sent on to a remote agent that has not confirmed
+    /// it: `Ok` while the run is still `canceling`).
     pub async fn cancel(&self) -> Result<(), ControlError> {
         if matches!(self.phase(), Phase::Finished(_)) {
             return Err(ControlError::Finished);
         }
-        self.requests().cancel = true;
+        {
+            let mut requests = self.requests();
+            requests.cancel = true;
+            requests.cancel_reply = None;
+        }
         self.inner.wake.notify_one();
-        self.wait_phase(|p| matches!(p, Phase::Finished(_))).await;
-        Ok(())
+        let mut receiver = self.inner.phase.subscribe();
+        loop {
+            if matches!(&*receiver.borrow_and_update(), Phase::Finished(_)) {
+                return Ok(());
+            }
+            match self.requests().cancel_reply.take() {
+                Some(CancelReply::Pending) => return Ok(()),
+                Some(CancelReply::Refused(reason)) => {
+                    return Err(ControlError::CancelRefused(reason));
+                }
+                None => {}
+            }
+            if receiver.changed().await.is_err() {
+                // The sender lives as long as `self`; this is not reached.
+                return Ok(());
+            }
+        }
     }
 
     /// Answers the pending question (`request_human`) or safety check. For a safety check,
@@ -202,6 +237,32 @@ impl Control {
     /// Says where the driver is; requests waiting on a phase resolve by it.
     pub fn set_phase(&self, phase: Phase) {
         self.inner.phase.send_replace(phase);
+    }
+
+    /// Answers the pending cancel: refused, the run goes on (the request is consumed).
+    pub fn refuse_cancel(&self, reason: impl Into<String>) {
+        {
+            let mut requests = self.requests();
+            requests.cancel = false;
+            requests.cancel_reply = Some(CancelReply::Refused(reason.into()));
+        }
+        self.inner.phase.send_modify(|_| {});
+    }
+
+    /// Answers the pending cancel: passed on and not confirmed yet (the request is consumed;
+    /// the driver ends the run when the confirmation comes).
+    pub fn cancel_pending(&self) {
+        {
+            let mut requests = self.requests();
+            requests.cancel = false;
+            requests.cancel_reply = Some(CancelReply::Pending);
+        }
+        self.inner.phase.send_modify(|_| {});
+    }
+
+    /// Whether a cancel is pending, without consuming it.
+    pub fn cancel_requested(&self) -> bool {
+        self.requests().cancel
     }
 
     /// The most urgent pending request, without consuming it.
@@ -328,6 +389,33 @@ mod tests {
         );
         control.set_phase(Phase::Paused);
         assert_eq!(control.take_over().await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_driver_may_refuse_a_cancel_or_leave_it_pending() {
+        let control = Control::new();
+        control.set_phase(Phase::Running);
+        let driver = control.clone();
+        let refusing = tokio::spawn(async move {
+            driver.wait_cancel().await;
+            driver.refuse_cancel("the remote agent refused");
+        });
+        assert_eq!(
+            control.cancel().await,
+            Err(ControlError::CancelRefused(
+                "the remote agent refused".into()
+            ))
+        );
+        refusing.await.unwrap();
+        assert!(!control.cancel_requested(), "a refused cancel is consumed");
+        let driver = control.clone();
+        let passing_on = tokio::spawn(async move {
+            driver.wait_cancel().await;
+            driver.cancel_pending();
+        });
+        assert_eq!(control.cancel().await, Ok(()));
+        passing_on.await.unwrap();
+        assert_eq!(control.phase(), Phase::Running, "pending: not finished yet");
     }
 
     #[test]

@@ -36,20 +36,30 @@ pub enum RunStatus {
     Paused,
     /// The agent asked the person something (answer with `POST /v1/runs/{id}/input`).
     WaitingForInput,
+    /// A remote agent (an `a2a:` run) needs the person to authenticate with it, out of band.
+    AuthRequired,
+    /// A cancel was sent to a remote agent, which has not confirmed it yet.
+    Canceling,
     Completed,
     Failed,
     Canceled,
+    /// How it ended cannot be known: a remote agent was sent the task and no handle to it
+    /// came back (the task is never sent a second time blindly).
+    Unknown,
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 7] = [
+    pub const ALL: [RunStatus; 10] = [
         Self::Queued,
         Self::Running,
         Self::Paused,
         Self::WaitingForInput,
+        Self::AuthRequired,
+        Self::Canceling,
         Self::Completed,
         Self::Failed,
         Self::Canceled,
+        Self::Unknown,
     ];
 
     /// The wire and storage name.
@@ -59,17 +69,20 @@ impl RunStatus {
             Self::Running => "running",
             Self::Paused => "paused",
             Self::WaitingForInput => "waiting_for_input",
+            Self::AuthRequired => "auth_required",
+            Self::Canceling => "canceling",
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Canceled => "canceled",
+            Self::Unknown => "unknown",
         }
     }
 
-    /// Completed, failed or canceled: never changes again.
+    /// Completed, failed, canceled or unknown: never changes again.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            RunStatus::Completed | RunStatus::Failed | RunStatus::Canceled
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Canceled | RunStatus::Unknown
         )
     }
 }
@@ -83,7 +96,7 @@ impl std::str::FromStr for RunStatus {
             .ok_or_else(|| {
                 format!(
                     "unknown status `{s}` (one of queued, running, paused, waiting_for_input, \
-                     completed, failed, canceled)"
+                     auth_required, canceling, completed, failed, canceled, unknown)"
                 )
             })
     }
@@ -113,6 +126,8 @@ pub enum ErrorKind {
     Internal,
     /// The agent declined the task (an A2A agent's `rejected`): the run failed without trying.
     Rejected,
+    /// A remote A2A agent failed the task, broke the protocol or could not be reached.
+    RemoteError,
 }
 
 impl ErrorKind {
@@ -129,6 +144,7 @@ impl ErrorKind {
             Self::SandboxError => "sandbox_error",
             Self::Internal => "internal",
             Self::Rejected => "rejected",
+            Self::RemoteError => "remote_error",
         }
     }
 }
@@ -282,6 +298,31 @@ pub enum RunEvent {
         size: u64,
         reason: String,
     },
+    /// The task was sent to a remote A2A agent (an `a2a:` run); its answer is not in yet. Once
+    /// this is written the task is never sent again: a restart asks the remote about the task
+    /// it names in `remote.task`, or ends `unknown` when none came back.
+    #[serde(rename = "remote.submitted")]
+    RemoteSubmitted {
+        /// The remote agent's card.
+        agent: String,
+        /// The A2A message id it was sent as.
+        message_id: String,
+    },
+    /// What the remote A2A agent says of its task, in its own terms.
+    #[serde(rename = "remote.task")]
+    RemoteTask {
+        /// The remote's task id (absent: it answered with a message and made no task).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_id: Option<String>,
+        /// The remote's state, as its wire names it (`TASK_STATE_WORKING`, ...; `message` for a
+        /// direct answer).
+        state: String,
+        /// What it said with it (its question, its reason, its answer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
 }
 
 impl RunEvent {
@@ -301,6 +342,8 @@ impl RunEvent {
             RunEvent::Usage { .. } => "usage",
             RunEvent::ArtifactCreated { .. } => "artifact.created",
             RunEvent::ArtifactSkipped { .. } => "artifact.skipped",
+            RunEvent::RemoteSubmitted { .. } => "remote.submitted",
+            RunEvent::RemoteTask { .. } => "remote.task",
         }
     }
 }

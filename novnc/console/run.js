@@ -17,6 +17,8 @@ const EXPLAIN = {
   running: 'The agent is driving; the desktop is view-only. Take over pauses it after its current action and gives you the mouse and keyboard.',
   paused: 'You have control: your mouse and keyboard reach the desktop. Hand back lets the agent continue from a fresh screenshot.',
   waiting_for_input: 'The agent is waiting for your answer below.',
+  auth_required: 'The remote agent needs you to sign in with it (see the timeline). Once you have, say so below.',
+  canceling: 'The cancel was sent to the remote agent; the run ends when it confirms.',
 };
 
 function say(text) { $('notice').textContent = text; }
@@ -29,15 +31,19 @@ function showStatus() {
   badge.className = `pill ${status}`;
   document.title = `${status.replaceAll('_', ' ')} · ${run.task.slice(0, 40)} · Agentbox`;
   const terminal = TERMINAL.has(status);
-  $('takeover').hidden = !(status === 'running' || status === 'waiting_for_input');
+  // A remote agent or the conformance executor has no desktop to take.
+  const desktopless = run.model.startsWith('a2a:') || run.model === 'conformance';
+  $('takeover').hidden = desktopless || !(status === 'running' || status === 'waiting_for_input');
   $('handback').hidden = status !== 'paused';
   $('note').hidden = status !== 'paused';
   $('cancel').hidden = terminal;
   $('explain').textContent = terminal ? '' : (EXPLAIN[status] || '');
-  $('input-panel').hidden = status !== 'waiting_for_input';
+  $('input-panel').hidden = !(status === 'waiting_for_input' || status === 'auth_required');
   if (terminal) {
     const how = status === 'completed' ? 'The run completed.' : status === 'failed'
-      ? `The run failed${run.reason ? `: ${run.reason}` : '.'}` : 'The run was canceled.';
+      ? `The run failed${run.reason ? `: ${run.reason}` : '.'}`
+      : status === 'unknown' ? `How the run ended is not known${run.reason ? `: ${run.reason}` : '.'}`
+        : 'The run was canceled.';
     say(`${how} ${run.answer ? `Answer: ${run.answer}` : ''} The timeline and files stay readable.`.trim());
   }
   // While the agent drives, the desktop is view-only (the server drops input anyway).

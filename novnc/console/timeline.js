@@ -6,19 +6,22 @@ import { el, clock } from '/assets/console/api.js';
 
 const KINDS = ['run.status', 'agent.message', 'agent.reasoning', 'action.started', 'action.finished',
   'control.taken', 'control.returned', 'input.requested', 'input.received', 'artifact.created',
-  'artifact.skipped', 'error', 'usage'];
+  'artifact.skipped', 'error', 'usage', 'remote.submitted', 'remote.task'];
 
 const STATUS_TEXT = {
   queued: 'Queued: waiting for a sandbox',
   running: 'The agent is driving',
   paused: 'Paused: a person has control',
   waiting_for_input: 'The agent asks for input',
+  auth_required: 'The remote agent needs you to sign in with it',
+  canceling: 'Canceling: waiting for the remote agent to confirm',
   completed: 'Completed',
   failed: 'Failed',
   canceled: 'Canceled',
+  unknown: 'Outcome unknown',
 };
 
-export const TERMINAL = new Set(['completed', 'failed', 'canceled']);
+export const TERMINAL = new Set(['completed', 'failed', 'canceled', 'unknown']);
 
 function describeAction(action) {
   if (!action || typeof action !== 'object') return String(action ?? '');
@@ -278,6 +281,21 @@ export class Timeline {
         this.mark(row, event.seq);
         row.append(el('div', { class: 'outcome-error' }, el('strong', {}, event.fatal ? 'Error (the run stops)' : 'Error'),
           el('p', { class: 'text' }, `${event.kind}: ${event.message}`), when));
+        break;
+      }
+      case 'remote.submitted': {
+        const row = this.row(null, true);
+        this.mark(row, event.seq);
+        row.append(el('div', {}, el('strong', {}, 'Sent to the remote agent '),
+          el('span', { class: 'mono' }, event.agent), when));
+        break;
+      }
+      case 'remote.task': {
+        const row = this.row(null, true);
+        this.mark(row, event.seq);
+        const what = event.task_id ? `Remote task ${event.task_id}: ` : 'The remote agent answered: ';
+        row.append(el('div', {}, el('strong', {}, what), el('span', { class: 'mono' }, event.state),
+          event.message ? el('p', { class: 'text' }, event.message) : null, when));
         break;
       }
       default: {

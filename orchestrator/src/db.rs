@@ -5,14 +5,17 @@
 //! migrations (`orchestrator/migrations/`). Placeholders are `$n`, which both accept; timestamps
 //! are milliseconds since the epoch, flags 0/1, maps JSON text.
 //!
-//! Runs, their event log and artifacts are in [`runs`]; web console sign-ins in [`console`].
+//! Runs, their event log and artifacts are in [`runs`]; web console sign-ins in [`console`];
+//! the sealed credentials for remote A2A agents in [`credentials`].
 //!
 //! **Invariant:** this module knows SQL and nothing of HTTP or Docker.
 
 mod console;
+mod credentials;
 mod runs;
 
 pub use console::ConsoleSessionRecord;
+pub use credentials::CredentialRecord;
 pub use runs::{
     ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StatusChange,
 };
@@ -295,6 +298,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0005_share_links.sql"),
     ),
     (6, "a2a", include_str!("../migrations/0006_a2a.sql")),
+    (
+        7,
+        "a2a credentials",
+        include_str!("../migrations/0007_a2a_credentials.sql"),
+    ),
 ];
 
 fn migrator() -> sqlx::migrate::Migrator {

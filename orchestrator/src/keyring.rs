@@ -7,7 +7,10 @@
 //!   key at all: a copy of the database opens no sandbox;
 //! - the key that signs viewer tokens;
 //! - a check value stored in the database, so an instance started with another master key
-//!   refuses to start instead of issuing keys no sandbox accepts.
+//!   refuses to start instead of issuing keys no sandbox accepts;
+//! - the key that seals secrets the database must hold but not reveal (the credentials stored
+//!   for remote A2A agents): XChaCha20-Poly1305, a random nonce each, bound to what they
+//!   belong to, so a sealed value moved to another row does not open.
 //!
 //! Instances sharing a database (Postgres) must share the master key file.
 
@@ -60,6 +63,7 @@ impl std::fmt::Debug for Keyring {
 const SANDBOX_KEY_LABEL: &[u8] = b"agentbox/sandbox-api-key/v1\0";
 const TOKEN_SIGNING_LABEL: &[u8] = b"agentbox/viewer-token-signing/v1";
 const CHECK_LABEL: &[u8] = b"agentbox/master-key-check/v1";
+const SEALING_LABEL: &[u8] = b"agentbox/secret-sealing/v1";
 
 impl Keyring {
     /// Reads the master key from `path`, creating it (mode 0600) when it does not exist. A file
@@ -158,6 +162,48 @@ impl Keyring {
         self.derive(TOKEN_SIGNING_LABEL, b"")
     }
 
+    /// Seals `secret` for storage, bound to `context` (what it belongs to): base64url of
+    /// nonce and ciphertext.
+    pub fn seal(&self, context: &str, secret: &str) -> String {
+        use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+        let cipher =
+            chacha20poly1305::XChaCha20Poly1305::new(&self.derive(SEALING_LABEL, b"").into());
+        let nonce: [u8; 24] = crate::secret::random_bytes();
+        let payload = Payload {
+            msg: secret.as_bytes(),
+            aad: context.as_bytes(),
+        };
+        // Encryption fails only for messages past the cipher's limit (256 GiB).
+        let sealed = cipher.encrypt(&nonce.into(), payload).unwrap_or_default();
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        URL_SAFE_NO_PAD.encode(out)
+    }
+
+    /// Opens what [`seal`](Self::seal) made for the same `context`; `None` when it was made
+    /// for another context, by another master key, or altered.
+    pub fn open(&self, context: &str, sealed: &str) -> Option<String> {
+        use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+        let bytes = URL_SAFE_NO_PAD.decode(sealed).ok()?;
+        if bytes.len() < 24 {
+            return None;
+        }
+        let (nonce, ciphertext) = bytes.split_at(24);
+        let cipher =
+            chacha20poly1305::XChaCha20Poly1305::new(&self.derive(SEALING_LABEL, b"").into());
+        let nonce: [u8; 24] = nonce.try_into().ok()?;
+        let plain = cipher
+            .decrypt(
+                &nonce.into(),
+                Payload {
+                    msg: ciphertext,
+                    aad: context.as_bytes(),
+                },
+            )
+            .ok()?;
+        String::from_utf8(plain).ok()
+    }
+
     /// A value that identifies the master key without revealing it (stored in the database).
     pub fn check_value(&self) -> String {
         hex::encode(self.derive(CHECK_LABEL, b""))
@@ -179,6 +225,37 @@ impl Keyring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sealed_secrets_open_only_in_their_context_under_the_same_master_key() {
+        let keyring = Keyring::from_bytes([1; 32]);
+        let sealed = keyring.seal("key_a|http://remote:1", "tok-secret");
+        assert!(!sealed.contains("tok-secret"));
+        assert_ne!(
+            sealed,
+            keyring.seal("key_a|http://remote:1", "tok-secret"),
+            "random nonce"
+        );
+        assert_eq!(
+            keyring.open("key_a|http://remote:1", &sealed).as_deref(),
+            Some("tok-secret")
+        );
+        assert_eq!(keyring.open("key_b|http://remote:1", &sealed), None);
+        assert_eq!(
+            Keyring::from_bytes([2; 32]).open("key_a|http://remote:1", &sealed),
+            None
+        );
+        let mut altered = sealed.into_bytes();
+        let last = altered.len() - 2;
+        altered[last] = if altered[last] == b'A' { b'B' } else { b'A' };
+        assert_eq!(
+            keyring.open(
+                "key_a|http://remote:1",
+                &String::from_utf8(altered).unwrap()
+            ),
+            None
+        );
+    }
 
     #[test]
     fn keys_are_derived_per_sandbox_and_stable_across_loads() {

@@ -13,8 +13,9 @@
 //! - [`backend`]: the container platform behind a trait; [`backend::docker`] with bollard;
 //! - [`sandboxes`]: the lifecycle (create, ready, claim, delete), reconciliation, the reaper,
 //!   heartbeats and the warm pool;
-//! - [`runs`]: computer-use runs (the `agent` crate's loop driving a sandbox): event log,
-//!   takeover, artifacts, leases;
+//! - [`runs`]: runs (the `agent` crate's loop driving a sandbox, or a remote A2A agent handed
+//!   the task): event log, takeover, artifacts, leases;
+//! - [`a2a`]: the A2A protocol and its client; [`a2a_server`]: the orchestrator as an A2A agent;
 //! - [`proxy`]: HTTP and WebSocket relays and the RFB view-only filter;
 //! - [`api`]: the REST API (axum), the only part that knows HTTP status codes;
 //! - [`metrics`]: Prometheus metrics; [`cli`]: the command line (logging is `agentbox-http`'s);
@@ -22,6 +23,7 @@
 //!   lifecycle reads it (a trait, so tests can move it).
 
 pub mod a2a;
+pub mod a2a_server;
 pub mod api;
 pub mod auth;
 pub mod backend;

@@ -177,6 +177,17 @@ fn list(params: &Map<String, Value>) -> Result<ListRequest, A2aError> {
         page_token: optional_string(params, "pageToken")?.filter(|t| !t.is_empty()),
         history_length: count(params, "historyLength")?,
         include_artifacts: flag(params, "includeArtifacts")?.unwrap_or(false),
+        status_timestamp_after: match optional_string(params, "statusTimestampAfter")? {
+            None => None,
+            Some(text) => Some(
+                agentbox_http::timestamp::unix_ms_from_rfc3339(&text).ok_or_else(|| {
+                    invalid(format!(
+                        "`statusTimestampAfter` {text:?} is not an RFC 3339 timestamp in UTC \
+                         (`2026-12-06T20:00:00Z`)"
+                    ))
+                })?,
+            ),
+        },
     })
 }
 
@@ -331,6 +342,11 @@ impl TaskState {
         TaskState::Canceled,
         TaskState::Rejected,
     ];
+}
+
+/// A state's name on `version`'s wire.
+pub fn state_wire_name(version: Version, state: TaskState) -> &'static str {
+    state_name(version, state)
 }
 
 fn state_name(version: Version, state: TaskState) -> &'static str {
@@ -563,6 +579,172 @@ fn ids(task_id: &str, context_id: &str) -> Map<String, Value> {
     map
 }
 
+/// What a remote agent answers, read back into the model (the client's side): a task, a
+/// send's reply, a stream event. Refusals are -32602 naming the field, as for a request.
+fn read_status(version: Version, value: &Value) -> Result<TaskStatus, A2aError> {
+    let map = value
+        .as_object()
+        .ok_or_else(|| invalid("`status` must be an object"))?;
+    let state = map
+        .get("state")
+        .and_then(Value::as_str)
+        .and_then(|name| state_from(version, name))
+        .ok_or_else(|| {
+            invalid(format!(
+                "`status.state` is not a state: {:?}",
+                map.get("state")
+            ))
+        })?;
+    let message = match map.get("message") {
+        None | Some(Value::Null) => None,
+        Some(message) => Some(read_message(version, message)?),
+    };
+    Ok(TaskStatus {
+        state,
+        message,
+        timestamp: optional_string(map, "timestamp")?.unwrap_or_default(),
+    })
+}
+
+fn read_artifact(version: Version, value: &Value) -> Result<Artifact, A2aError> {
+    let map = value
+        .as_object()
+        .ok_or_else(|| invalid("`artifact` must be an object"))?;
+    let artifact_id = optional_string(map, "artifactId")?
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| invalid("`artifact.artifactId` must be a non-empty string"))?;
+    let parts = match map.get("parts") {
+        Some(Value::Array(parts)) if parts.len() <= MAX_PARTS => parts
+            .iter()
+            .enumerate()
+            .map(|(i, part)| read_part(version, part, i))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => {
+            return Err(invalid(format!(
+                "`artifact.parts` must be a list of at most {MAX_PARTS} parts"
+            )));
+        }
+    };
+    Ok(Artifact {
+        artifact_id,
+        name: optional_string(map, "name")?,
+        parts,
+    })
+}
+
+/// A task, as either version writes it.
+pub fn read_task(version: Version, value: &Value) -> Result<Task, A2aError> {
+    let map = value
+        .as_object()
+        .ok_or_else(|| invalid("`task` must be an object"))?;
+    let id = optional_string(map, "id")?
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| invalid("`task.id` must be a non-empty string"))?;
+    let list = |name: &str| match map.get(name) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => Ok(items.clone()),
+        Some(_) => Err(invalid(format!("`task.{name}` must be a list"))),
+    };
+    Ok(Task {
+        id,
+        context_id: optional_string(map, "contextId")?.unwrap_or_default(),
+        status: read_status(
+            version,
+            map.get("status")
+                .ok_or_else(|| invalid("`task.status` is missing"))?,
+        )?,
+        history: list("history")?
+            .iter()
+            .map(|m| read_message(version, m))
+            .collect::<Result<_, _>>()?,
+        artifacts: list("artifacts")?
+            .iter()
+            .map(|a| read_artifact(version, a))
+            .collect::<Result<_, _>>()?,
+        metadata: map.get("metadata").and_then(Value::as_object).cloned(),
+    })
+}
+
+/// One stream event's result (or a send's: a task or a message), as either version writes it.
+pub fn read_stream_item(version: Version, value: &Value) -> Result<StreamItem, A2aError> {
+    let map = value
+        .as_object()
+        .ok_or_else(|| invalid("a result must be an object"))?;
+    let (kind, body) = match version {
+        Version::V10 => {
+            let mut wrapped = map.iter().filter(|(k, _)| {
+                matches!(
+                    k.as_str(),
+                    "task" | "message" | "statusUpdate" | "artifactUpdate"
+                )
+            });
+            match (wrapped.next(), wrapped.next()) {
+                (Some((kind, body)), None) => (kind.as_str(), body),
+                _ => {
+                    return Err(invalid(
+                        "a result holds exactly one of `task`, `message`, `statusUpdate`, \
+                         `artifactUpdate`",
+                    ));
+                }
+            }
+        }
+        Version::V03 => {
+            let kind = match map.get("kind").and_then(Value::as_str) {
+                Some("task") => "task",
+                Some("message") => "message",
+                Some("status-update") => "statusUpdate",
+                Some("artifact-update") => "artifactUpdate",
+                _ => {
+                    return Err(invalid(
+                        "a result's `kind` is not a task, message or update",
+                    ));
+                }
+            };
+            (kind, value)
+        }
+    };
+    let ids = |body: &Value| -> Result<(String, String), A2aError> {
+        let map = body
+            .as_object()
+            .ok_or_else(|| invalid(format!("`{kind}` must be an object")))?;
+        let task_id = optional_string(map, "taskId")?
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| invalid(format!("`{kind}.taskId` must be a non-empty string")))?;
+        Ok((
+            task_id,
+            optional_string(map, "contextId")?.unwrap_or_default(),
+        ))
+    };
+    Ok(match kind {
+        "task" => StreamItem::Task(read_task(version, body)?),
+        "message" => StreamItem::Message(read_message(version, body)?),
+        "statusUpdate" => {
+            let (task_id, context_id) = ids(body)?;
+            StreamItem::Update(Update::Status {
+                task_id,
+                context_id,
+                status: read_status(
+                    version,
+                    body.get("status")
+                        .ok_or_else(|| invalid("`statusUpdate.status` is missing"))?,
+                )?,
+            })
+        }
+        _ => {
+            let (task_id, context_id) = ids(body)?;
+            StreamItem::Update(Update::Artifact {
+                task_id,
+                context_id,
+                artifact: read_artifact(
+                    version,
+                    body.get("artifact")
+                        .ok_or_else(|| invalid("`artifactUpdate.artifact` is missing"))?,
+                )?,
+            })
+        }
+    })
+}
+
 /// A page of `ListTasks` (1.0 only).
 pub fn task_page(page: &TaskPage) -> Value {
     json!({
@@ -576,6 +758,64 @@ pub fn task_page(page: &TaskPage) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_the_server_writes_the_client_reads_back_in_both_versions() {
+        let sample = Task {
+            id: "t1".into(),
+            context_id: "c1".into(),
+            status: TaskStatus {
+                state: TaskState::InputRequired,
+                message: Some(Message::agent_text(
+                    "m2".into(),
+                    "Which colour?",
+                    Some("t1".into()),
+                    Some("c1".into()),
+                )),
+                timestamp: "2026-12-06T20:00:00.000Z".into(),
+            },
+            history: vec![],
+            artifacts: vec![Artifact {
+                artifact_id: "a1".into(),
+                name: Some("report.txt".into()),
+                parts: vec![Part {
+                    body: PartBody::Bytes(b"bytes".to_vec()),
+                    media_type: Some("text/plain".into()),
+                    filename: Some("report.txt".into()),
+                }],
+            }],
+            metadata: None,
+        };
+        for version in [Version::V03, Version::V10] {
+            let written = task(version, &sample);
+            assert_eq!(read_task(version, &written).unwrap(), sample, "{version:?}");
+            for item in [
+                StreamItem::Task(sample.clone()),
+                StreamItem::Update(Update::Status {
+                    task_id: "t1".into(),
+                    context_id: "c1".into(),
+                    status: sample.status.clone(),
+                }),
+                StreamItem::Update(Update::Artifact {
+                    task_id: "t1".into(),
+                    context_id: "c1".into(),
+                    artifact: sample.artifacts[0].clone(),
+                }),
+            ] {
+                let written = stream_item(version, &item);
+                assert_eq!(
+                    read_stream_item(version, &written).unwrap(),
+                    item,
+                    "{version:?}"
+                );
+            }
+        }
+        // A 1.0 result wraps exactly one thing; a state must be one.
+        assert!(read_stream_item(Version::V10, &json!({"task": {}, "message": {}})).is_err());
+        let mut bad = task(Version::V10, &sample);
+        bad["status"]["state"] = json!("TASK_STATE_SLEEPING");
+        assert!(read_task(Version::V10, &bad).is_err());
+    }
 
     #[test]
     fn a_0_3_send_is_read_and_its_mistakes_are_invalid_params() {

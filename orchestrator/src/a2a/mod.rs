@@ -1,20 +1,18 @@
-//! A2A (Agent2Agent): the orchestrator as an A2A agent. Every run is a task; a message makes a
-//! run or answers its question; streams follow the run's log. Both wire versions (0.3 and
-//! 1.0) are read into one [`model`] and written back from it ([`codec`]), inside JSON-RPC
-//! ([`rpc`]).
+//! A2A (Agent2Agent), the protocol: one internal [`model`] that both wire versions (0.3 and 1.0)
+//! are read into and written from ([`codec`]), inside JSON-RPC ([`rpc`]), and the [`client`]
+//! that calls a remote A2A agent. The orchestrator's own A2A agent (tasks over runs, the card)
+//! is `crate::a2a_server`; `runs::remote` drives a remote agent through the client.
 //!
 //! - [`model`]: messages, parts, tasks, updates and calls, whatever the version;
 //! - [`rpc`]: the JSON-RPC envelope, the protocol version of a request, error codes;
-//! - [`codec`]: the two wire versions;
-//! - [`project`]: a run's events as the task's status, history and stream updates;
-//! - [`tasks`]: the task operations over the runs service, scoped to the calling key;
-//! - [`card`]: the Agent Card.
+//! - [`codec`]: the two wire versions, both ways (a server's requests in and answers out, a
+//!   client's answers in);
+//! - [`client`]: a remote A2A agent called over A2A 1.0 JSON-RPC (its card checked).
 //!
-//! **Invariant:** this module knows nothing of HTTP; `api::a2a` serves it.
+//! **Invariant:** this module knows nothing of runs, nor of the HTTP server (`api::a2a`
+//! serves the protocol; the client makes its own HTTP requests, through `reqwest`).
 
-pub mod card;
+pub mod client;
 pub mod codec;
 pub mod model;
-pub mod project;
 pub mod rpc;
-pub mod tasks;

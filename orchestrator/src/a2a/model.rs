@@ -210,6 +210,8 @@ pub struct ListRequest {
     pub page_token: Option<String>,
     pub history_length: Option<usize>,
     pub include_artifacts: bool,
+    /// Only tasks whose status changed after this time (ms since the epoch).
+    pub status_timestamp_after: Option<i64>,
 }
 
 /// A page of tasks, newest change first.

@@ -17,10 +17,10 @@ use sha2::{Digest, Sha256};
 
 use super::runs::{StreamAuthority, async_stream_of};
 use super::{AppState, bearer};
-use crate::a2a::card::{ENDPOINT, agent_card};
 use crate::a2a::codec;
 use crate::a2a::model::{Call, StreamItem};
 use crate::a2a::rpc::{self, A2aError, RequestId, Version};
+use crate::a2a_server::card::{ENDPOINT, agent_card};
 use crate::auth::Caller;
 
 /// Largest request: a message with inline files of up to `validate::MAX_INPUT_BYTES` together,

@@ -17,6 +17,7 @@ pub mod a2a;
 pub mod assets;
 pub mod callers;
 pub mod console;
+pub mod credentials;
 pub mod error;
 pub mod extract;
 pub mod health;
@@ -41,7 +42,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::a2a::tasks::Tasks;
+use crate::a2a_server::tasks::Tasks;
 use crate::auth::{ApiKeys, Caller};
 use crate::console::ConsoleSessions;
 use crate::metrics::Metrics;
@@ -129,6 +130,7 @@ fn keyed_routes() -> OpenApiRouter<AppState> {
         .merge(sandboxes::routes())
         .merge(runs::routes())
         .merge(shares::routes())
+        .merge(credentials::routes())
         .merge(tokens::routes())
         .merge(keys::routes())
 }

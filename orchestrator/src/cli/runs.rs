@@ -290,6 +290,21 @@ pub(super) fn format_event(event: &RunEvent) -> String {
         Some(E::ArtifactSkipped { name, size, reason }) => {
             (None, format!("{name} ({size} bytes) not kept: {reason}"))
         }
+        Some(E::RemoteSubmitted { agent, message_id }) => {
+            (None, format!("{agent} (message {message_id})"))
+        }
+        Some(E::RemoteTask {
+            task_id,
+            state,
+            message,
+            ..
+        }) => {
+            let mut line = format!("{} {state}", task_id.as_deref().unwrap_or("(no task)"));
+            if let Some(message) = message {
+                line.push_str(&format!(" — {message}"));
+            }
+            (None, line)
+        }
         Some(E::Error {
             step,
             kind,

@@ -100,6 +100,8 @@ pub struct RunFilter {
     pub after: Option<(i64, String)>,
     /// At most this many.
     pub limit: Option<i64>,
+    /// Only runs whose last change is after this time (ms since the epoch).
+    pub updated_after: Option<i64>,
 }
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>;
@@ -126,6 +128,10 @@ impl RunFilter {
             ));
             n += 2;
         }
+        if self.updated_after.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND updated_at > ${n}"));
+        }
         (sql, n)
     }
 
@@ -140,6 +146,9 @@ impl RunFilter {
         if let Some(context) = &self.context_id {
             query = query.bind(context).bind(context);
         }
+        if let Some(after) = self.updated_after {
+            query = query.bind(after);
+        }
         query
     }
 }
@@ -148,7 +157,8 @@ const RUN_COLUMNS: &str = "id, owner_key_id, task, model, sandbox_id, sandbox_ta
     limits, metadata, idempotency_key, request_hash, answer, reason, lease_owner, \
     lease_expires_at, last_seq, created_at, updated_at, ended_at, context_id, message_id";
 
-const TERMINAL: &str = "('completed', 'failed', 'canceled')";
+/// Statuses that never change again (`RunStatus::is_terminal`; a unit test holds them equal).
+const TERMINAL: &str = "('completed', 'failed', 'canceled', 'unknown')";
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
@@ -772,4 +782,19 @@ async fn replace_artifact(
     .await
     .map_err(query_error("insert artifact"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sql_terminal_statuses_are_the_terminal_run_statuses() {
+        let terminal: Vec<String> = RunStatus::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        assert_eq!(TERMINAL, format!("({})", terminal.join(", ")));
+    }
 }

@@ -1,7 +1,7 @@
 //! [`RunBackend`]: what drives a run, read from its `model` field. A computer-use model drives
 //! a sandbox's desktop through the `agent` crate's loop; the conformance executor answers
 //! deterministically without a sandbox (a testing aid for A2A conformance kits, off unless the
-//! server enables it).
+//! server enables it); a remote A2A agent (`a2a:<card URL>`) is handed the task.
 
 use std::fmt;
 
@@ -20,6 +20,8 @@ pub enum RunBackend {
     Computer(ModelSpec),
     /// The deterministic A2A conformance executor ([`super::conformance`]).
     Conformance,
+    /// A remote A2A agent, by its card's URL ([`super::remote`]).
+    Remote(reqwest::Url),
 }
 
 impl RunBackend {
@@ -34,6 +36,11 @@ impl RunBackend {
                     "the conformance executor is off on this server (serve --a2a-conformance)",
                 ))
             };
+        }
+        if let Some(card_url) = super::remote::parse_model(model) {
+            return card_url
+                .map(Self::Remote)
+                .map_err(|message| invalid("model", message));
         }
         ModelSpec::parse(model)
             .map(Self::Computer)
@@ -51,6 +58,7 @@ impl fmt::Display for RunBackend {
         match self {
             Self::Computer(spec) => spec.fmt(f),
             Self::Conformance => f.write_str(CONFORMANCE),
+            Self::Remote(card_url) => write!(f, "{}{card_url}", super::remote::PREFIX),
         }
     }
 }

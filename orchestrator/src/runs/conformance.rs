@@ -39,13 +39,34 @@ enum Step {
     Complete(Option<&'static str>),
     /// Declined: failed with a `rejected` error.
     Reject(&'static str),
+    /// Failed, with this reason.
+    Fail(&'static str),
+    /// Needs the client to authenticate (`auth_required`), until a message says it did.
+    Auth(&'static str),
     /// Asks again after every answer, until a cancel.
     Converse,
 }
 
-/// The script for a message id (longest prefixes first, as `tck-artifact-file-url` starts
-/// with `tck-artifact-file`).
+/// The script for a run: by its message id's prefix, else by its task's first word (what a
+/// client that makes its own message ids, such as Agentbox's, can choose), else a
+/// conversation.
+fn script_for(message_id: &str, task: &str) -> Vec<Step> {
+    let first_word = task.split_whitespace().next().unwrap_or_default();
+    scripted(message_id)
+        .or_else(|| scripted(first_word))
+        // Any other message starts a conversation that goes on until it is canceled: the 0.3
+        // kit continues, reads the history of and cancels the task a plain message made.
+        .unwrap_or_else(|| vec![Step::Work, Step::Converse])
+}
+
+#[cfg(test)]
 fn script(message_id: &str) -> Vec<Step> {
+    script_for(message_id, "")
+}
+
+/// The script a prefix names (longest prefixes first, as `tck-artifact-file-url` starts with
+/// `tck-artifact-file`).
+fn scripted(message_id: &str) -> Option<Vec<Step>> {
     use Step::*;
     const TEXT: &str = "text/plain";
     let prefixes: &[(&str, &[Step])] = &[
@@ -151,20 +172,33 @@ fn script(message_id: &str) -> Vec<Step> {
             "agentbox-say",
             &[Work, Say("Working on it"), Complete(None)],
         ),
+        (
+            "agentbox-fail",
+            &[Work, Fail("the conformance executor was asked to fail")],
+        ),
+        (
+            "agentbox-auth",
+            &[
+                Auth("Sign in to the conformance executor, then say so"),
+                Complete(None),
+            ],
+        ),
+        (
+            "agentbox-linger",
+            &[Work, Linger, Linger, Linger, Complete(None)],
+        ),
     ];
     prefixes
         .iter()
-        .find(|(prefix, _)| message_id.starts_with(prefix))
+        .find(|(prefix, _)| !message_id.is_empty() && message_id.starts_with(prefix))
         .map(|(_, steps)| steps.to_vec())
-        // Any other message starts a conversation that goes on until it is canceled: the 0.3
-        // kit continues, reads the history of and cancels the task a plain message made.
-        .unwrap_or_else(|| vec![Work, Converse])
 }
 
-/// Whether a message with this id is answered with a direct Message rather than a task.
-pub fn answers_directly(message_id: &str) -> Option<&'static str> {
-    message_id
-        .starts_with("tck-message-response")
+/// Whether a message with this id (or whose text starts with the same word) is answered with a
+/// direct Message rather than a task.
+pub fn answers_directly(message_id: &str, text: &str) -> Option<&'static str> {
+    const PREFIX: &str = "tck-message-response";
+    (message_id.starts_with(PREFIX) || text.trim_start().starts_with(PREFIX))
         .then_some("Direct message response")
 }
 
@@ -201,7 +235,7 @@ async fn follow(
     let message_id = run.message_id.as_deref().unwrap_or_default();
     let emit = |event: RunEvent| async move { sink.emit(event).await.map_err(|_| Stop::Sink) };
     let mut answer: Option<String> = None;
-    for step in script(message_id) {
+    for step in script_for(message_id, &run.task) {
         if cancel_requested(control) {
             return Err(Stop::Canceled);
         }
@@ -249,6 +283,39 @@ async fn follow(
                 })
                 .await?;
                 return Ok(RunStatus::Completed);
+            }
+            Step::Fail(reason) => {
+                emit(RunEvent::RunStatus {
+                    status: RunStatus::Failed,
+                    reason: Some(reason.to_string()),
+                    answer: None,
+                })
+                .await?;
+                return Ok(RunStatus::Failed);
+            }
+            Step::Auth(message) => {
+                emit(RunEvent::RunStatus {
+                    status: RunStatus::AuthRequired,
+                    reason: Some(message.to_string()),
+                    answer: None,
+                })
+                .await?;
+                let request_id = crate::secret::new_id("auth");
+                control.set_phase(Phase::WaitingForInput { request_id });
+                loop {
+                    match control.wait_input().await {
+                        InputSignal::Cancel => return Err(Stop::Canceled),
+                        InputSignal::TakeOver => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        InputSignal::Answer(said) => {
+                            emit(status(RunStatus::Running)).await?;
+                            control.set_phase(Phase::Running);
+                            answer = Some(said);
+                            break;
+                        }
+                    }
+                }
             }
             Step::Reject(reason) => {
                 emit(RunEvent::Error {
@@ -347,9 +414,17 @@ mod tests {
         ));
         assert_eq!(script("anything"), vec![Step::Work, Step::Converse]);
         assert_eq!(
-            answers_directly("tck-message-response-7"),
+            answers_directly("tck-message-response-7", ""),
             Some("Direct message response")
         );
-        assert_eq!(answers_directly("tck-complete-task"), None);
+        assert_eq!(
+            answers_directly("run_1-task", "tck-message-response please"),
+            Some("Direct message response")
+        );
+        assert_eq!(answers_directly("tck-complete-task", "hello"), None);
+        assert!(matches!(
+            script_for("run_1-task", "agentbox-fail now")[1],
+            Step::Fail(_)
+        ));
     }
 }

@@ -141,6 +141,17 @@ async fn drive(
         }
         return super::conformance::drive(&run, &active, &bare).await;
     }
+    if let Some(card_url) = super::remote::parse_model(&run.model) {
+        if start_or_canceled(&active) {
+            return canceled(&bare).await;
+        }
+        return match card_url {
+            Ok(card_url) => {
+                super::remote::drive(&runs, &run, &active, &bare, card_url, resume.flatten()).await
+            }
+            Err(message) => fail(&bare, ErrorKind::RemoteError, message).await,
+        };
+    }
 
     // The sandbox: named, recorded before a restart, or taken now.
     let sandbox = match &run.sandbox_id {

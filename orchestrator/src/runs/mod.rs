@@ -22,7 +22,9 @@ pub mod artifacts;
 pub mod backend;
 pub mod conformance;
 pub mod connect;
+pub mod credentials;
 pub mod driver;
+pub mod remote;
 pub mod sink;
 
 #[cfg(test)]
@@ -219,6 +221,8 @@ pub struct Runs {
     /// `<instance>/`: every life of this instance.
     pub(crate) instance_prefix: String,
     pub(crate) active: Mutex<HashMap<String, Arc<ActiveRun>>>,
+    /// Calls remote A2A agents (`a2a:` runs).
+    pub(crate) http: reqwest::Client,
 }
 
 impl Runs {
@@ -262,6 +266,7 @@ impl Runs {
             lease_owner: format!("{instance}/{}", new_id("boot")),
             instance_prefix: format!("{instance}/"),
             active: Mutex::new(HashMap::new()),
+            http: reqwest::Client::new(),
         })
     }
 
@@ -578,6 +583,10 @@ impl Runs {
         };
         if started {
             control_result(id, active.control.cancel().await)?;
+            if !matches!(active.control.phase(), Phase::Finished(_)) {
+                // Passed on to a remote agent that has not confirmed it: `canceling`.
+                return self.get(id, owner).await;
+            }
         } else {
             active.cancel_requested.notify_one();
         }
@@ -592,9 +601,10 @@ impl Runs {
     /// Takes control from the agent: answers once the in-flight action finished and the run is
     /// paused (control viewers' input is live from then on).
     pub async fn take_over(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
-        if self.get(id, owner).await?.model == backend::CONFORMANCE {
+        let model = self.get(id, owner).await?.model;
+        if model == backend::CONFORMANCE || model.starts_with(remote::PREFIX) {
             return Err(RunError::Conflict(format!(
-                "run {id} has no desktop to take over (the conformance executor drives it)"
+                "run {id} has no desktop to take over ({model} drives it)"
             )));
         }
         let active = self.started(id, owner).await?;

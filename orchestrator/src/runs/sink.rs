@@ -266,6 +266,26 @@ impl RunSink {
         self.append(&event, None).await.map(drop)
     }
 
+    /// Writes `event` and the run's checkpoint in one transaction (a backend whose resume
+    /// state is revealed by an event: the remote A2A task's handle).
+    pub(crate) async fn append_checkpointed(
+        &self,
+        event: &RunEvent,
+        checkpoint: &str,
+    ) -> Result<i64, SinkError> {
+        self.append_with(event, None, Some(checkpoint)).await
+    }
+
+    /// Records that `name` (`size` bytes) was not kept, and why.
+    pub(crate) async fn skip(
+        &self,
+        name: &str,
+        size: usize,
+        reason: &str,
+    ) -> Result<(), SinkError> {
+        self.skipped(name, size, reason).await.map(drop)
+    }
+
     /// An `artifact.skipped` event: `name` (`size` bytes) was not kept, and why.
     async fn skipped(&self, name: &str, size: usize, reason: &str) -> Result<i64, SinkError> {
         tracing::warn!(run_id = %self.run_id, %name, size, %reason, "artifact not kept");

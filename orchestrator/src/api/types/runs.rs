@@ -11,7 +11,9 @@ use utoipa::ToSchema;
 pub struct CreateRunRequest {
     /// What to do, in words.
     pub task: String,
-    /// `anthropic:<model>`, `openai:<model>`, `openai-chat:<model>` or `script:<path>`.
+    /// `anthropic:<model>`, `openai:<model>`, `openai-chat:<model>` or `script:<path>` (a
+    /// model driving a sandbox), or `a2a:<agent card URL>` (a remote A2A agent is handed the
+    /// task; no sandbox is taken; store its token with `POST /v1/a2a/credentials`).
     pub model: String,
     /// A sandbox of yours to drive; without it the run takes one (warm pool first).
     pub sandbox_id: Option<String>,
@@ -170,4 +172,31 @@ pub struct Share {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ShareList {
     pub shares: Vec<Share>,
+}
+
+/// `POST /v1/a2a/credentials`: the bearer token `a2a:` runs of this key send to one remote
+/// agent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCredentialRequest {
+    /// The agent's card URL (or any URL on its origin): the token is sent to that origin only.
+    pub agent: String,
+    /// The bearer token. Stored sealed; never returned.
+    pub token: String,
+}
+
+/// A stored credential for a remote A2A agent (the token itself is never returned).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Credential {
+    /// For `DELETE /v1/a2a/credentials/{id}`.
+    pub id: String,
+    /// `scheme://host:port` it is sent to.
+    pub origin: String,
+    pub created_at: String,
+}
+
+/// `GET /v1/a2a/credentials`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CredentialList {
+    pub credentials: Vec<Credential>,
 }

@@ -124,12 +124,10 @@ fn container_ip(id: &str) -> anyhow::Result<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finding_1_a_dead_sandboxs_id_never_reaches_the_next_container_at_its_address()
 -> anyhow::Result<()> {
-    // Slow heartbeats: the dead sandbox's row stays `ready` for the whole attack. An address
-    // range of its own: a network another test makes meanwhile cannot take the subnet A frees.
+    // Slow heartbeats keep A's row `ready`; subnets of its own: no other test's network takes A's.
     let orchestrator = Orchestrator::start(Options {
         heartbeat_secs: 120,
-        extra_args: vec!["--sandbox-subnets".into(), "10.223.0.0/24".into()],
-        ..Options::default()
+        ..Options::with_subnets("10.223.0.0/24")
     })?;
     let (mallory, _) = new_key(&orchestrator, "mallory").await?;
     let (victim, _) = new_key(&orchestrator, "victim").await?;

@@ -60,6 +60,17 @@ pub struct Orchestrator {
     pub http: reqwest::Client,
 }
 
+impl Options {
+    /// The defaults, with sandbox networks cut from `range` (`--sandbox-subnets`): a test that
+    /// needs a freed subnet to be the next one taken keeps other tests' networks out of it.
+    pub fn with_subnets(range: &str) -> Self {
+        Self {
+            extra_args: vec!["--sandbox-subnets".into(), range.into()],
+            ..Self::default()
+        }
+    }
+}
+
 impl Orchestrator {
     pub fn start(options: Options) -> anyhow::Result<Self> {
         let image = sandbox_image();

@@ -10,12 +10,12 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::model::{
+use super::project::{Change, Projection, context_of, shown_artifact};
+use crate::a2a::model::{
     Artifact, ListRequest, Message, Part, PartBody, Reply, Role, SendRequest, StreamItem, Task,
     TaskPage, TaskState, Update,
 };
-use super::project::{Change, Projection, context_of, shown_artifact};
-use super::rpc::A2aError;
+use crate::a2a::rpc::A2aError;
 use crate::db::{ArtifactRecord, EventRecord, RunFilter, RunRecord, RunStatus};
 use crate::runs::conformance::answers_directly;
 use crate::runs::{InputFile, RunError, RunRequest, Runs, backend::CONFORMANCE};
@@ -357,7 +357,10 @@ impl Tasks {
                     run.status.as_str()
                 )));
             }
-            if run.status != RunStatus::WaitingForInput {
+            if !matches!(
+                run.status,
+                RunStatus::WaitingForInput | RunStatus::AuthRequired
+            ) {
                 return Err(A2aError::Unsupported(format!(
                     "task {task_id} is {}: it takes a message only when it asks for input",
                     run.status.as_str()
@@ -399,7 +402,7 @@ impl Tasks {
         let conformance = model.trim() == CONFORMANCE;
         let (text, inputs) = task_of(&message, conformance)?;
         let context_id = message.context_id.clone().unwrap_or_else(|| new_id("ctx"));
-        if conformance && let Some(reply) = answers_directly(&message.message_id) {
+        if conformance && let Some(reply) = answers_directly(&message.message_id, &text) {
             return Ok(Submitted::Direct(Message::agent_text(
                 new_id("msg"),
                 reply,
@@ -484,6 +487,7 @@ impl Tasks {
             by_update: true,
             after,
             limit: Some(i64::try_from(page_size).unwrap_or(100) + 1),
+            updated_after: request.status_timestamp_after,
         };
         let store = self.runs.store();
         let mut runs = store
@@ -555,7 +559,7 @@ fn status_for(state: TaskState) -> Option<RunStatus> {
         TaskState::Completed => Some(RunStatus::Completed),
         TaskState::Failed | TaskState::Rejected => Some(RunStatus::Failed),
         TaskState::Canceled => Some(RunStatus::Canceled),
-        TaskState::AuthRequired => None,
+        TaskState::AuthRequired => Some(RunStatus::AuthRequired),
     }
 }
 
@@ -563,7 +567,8 @@ fn status_for(state: TaskState) -> Option<RunStatus> {
 fn settles(event: &EventRecord) -> bool {
     serde_json::from_str::<agent::RunEvent>(&event.data).is_ok_and(|event| {
         matches!(event, agent::RunEvent::RunStatus { status, .. }
-            if status.is_terminal() || matches!(status, RunStatus::WaitingForInput | RunStatus::Paused))
+            if status.is_terminal()
+                || matches!(status, RunStatus::WaitingForInput | RunStatus::Paused | RunStatus::AuthRequired))
     })
 }
 

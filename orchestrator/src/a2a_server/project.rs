@@ -17,7 +17,7 @@
 use agent::{ErrorKind, RunEvent, RunStatus};
 use agentbox_http::timestamp::rfc3339_from_unix_ms as rfc3339;
 
-use super::model::{Message, Part, Role, TaskState, TaskStatus, Update};
+use crate::a2a::model::{Message, Part, Role, TaskState, TaskStatus, Update};
 use crate::db::{EventRecord, RunRecord};
 
 /// A change a stream carries, before its artifact (if any) is read from the store.
@@ -52,11 +52,14 @@ pub fn context_of(run: &RunRecord) -> String {
 pub fn state_of(status: RunStatus, rejected: bool) -> TaskState {
     match status {
         RunStatus::Queued => TaskState::Submitted,
-        RunStatus::Running => TaskState::Working,
+        // A cancel passed on to a remote agent: still working until it confirms.
+        RunStatus::Running | RunStatus::Canceling => TaskState::Working,
         RunStatus::Paused | RunStatus::WaitingForInput => TaskState::InputRequired,
+        RunStatus::AuthRequired => TaskState::AuthRequired,
         RunStatus::Completed => TaskState::Completed,
         RunStatus::Failed if rejected => TaskState::Rejected,
-        RunStatus::Failed => TaskState::Failed,
+        // A2A has no "unknown" end: failed, with the reason saying the outcome is not known.
+        RunStatus::Failed | RunStatus::Unknown => TaskState::Failed,
         RunStatus::Canceled => TaskState::Canceled,
     }
 }
@@ -117,7 +120,9 @@ impl Projection {
                     RunStatus::Completed => {
                         answer.map(|a| self.message(record.seq, Role::Agent, a))
                     }
-                    RunStatus::Failed => reason.map(|r| self.message(record.seq, Role::Agent, r)),
+                    RunStatus::Failed | RunStatus::Unknown | RunStatus::AuthRequired => {
+                        reason.map(|r| self.message(record.seq, Role::Agent, r))
+                    }
                     RunStatus::Paused => Some(self.message(
                         record.seq,
                         Role::Agent,
