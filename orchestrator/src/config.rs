@@ -162,6 +162,15 @@ pub struct ServeArgs {
     /// testing aid; off by default.
     #[arg(long, env = "AGENTBOX_A2A_CONFORMANCE", default_value_t = false)]
     pub a2a_conformance: bool,
+    /// Address ranges besides the public internet that `a2a:` runs may reach (the card,
+    /// the endpoint, file downloads), e.g. `127.0.0.0/8` for an agent on this host or
+    /// `10.0.0.0/8` for one on the private network. Default: none (public addresses only).
+    #[arg(
+        long = "a2a-remote-networks",
+        env = "AGENTBOX_A2A_REMOTE_NETWORKS",
+        value_delimiter = ','
+    )]
+    pub a2a_remote_networks: Vec<String>,
     /// Admin key to install (at least 24 characters). Default: one is generated at first start
     /// and printed once.
     #[arg(long, env = "AGENTBOX_ADMIN_KEY", hide_env_values = true)]
@@ -210,6 +219,8 @@ pub struct Settings {
     pub a2a_model: Option<String>,
     /// Whether the A2A conformance executor is offered.
     pub a2a_conformance: bool,
+    /// Non-public ranges `a2a:` runs may reach.
+    pub a2a_remote_networks: Vec<ipnet::IpNet>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -291,6 +302,7 @@ impl ServeArgs {
             egress_allow,
             a2a_model: self.a2a_model.filter(|m| !m.trim().is_empty()),
             a2a_conformance: self.a2a_conformance,
+            a2a_remote_networks: ip_ranges("a2a-remote-networks", &self.a2a_remote_networks)?,
         })
     }
 
@@ -411,6 +423,20 @@ fn egress_allow(entries: &[String]) -> Result<Vec<ipnet::Ipv4Net>, ConfigError> 
                         format!("{c:?} is not an IPv4 address or CIDR range"),
                     )
                 })
+        })
+        .collect()
+}
+
+/// IPv4 or IPv6 addresses or ranges (blank entries ignored), for the flag `name`.
+fn ip_ranges(name: &'static str, entries: &[String]) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+    entries
+        .iter()
+        .map(|c| c.trim())
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            c.parse::<ipnet::IpNet>()
+                .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| invalid(name, format!("{c:?} is not an IP address or CIDR range")))
         })
         .collect()
 }

@@ -42,6 +42,10 @@ pub enum ClientError {
     /// The connection was never made: nothing reached the remote.
     #[error("could not reach the remote agent: {0}")]
     Unreachable(String),
+    /// The address may not be reached ([`super::reach`]): nothing was sent, and trying again
+    /// changes nothing.
+    #[error("{0}")]
+    Refused(String),
     /// The request may have reached the remote, but no answer came back.
     #[error("no answer from the remote agent: {0}")]
     Transport(String),
@@ -59,7 +63,10 @@ pub enum ClientError {
 impl ClientError {
     /// Whether the request can have reached the remote (and so may have had its effect).
     pub fn reached(&self) -> bool {
-        !matches!(self, Self::Unreachable(_) | Self::Card { .. })
+        !matches!(
+            self,
+            Self::Unreachable(_) | Self::Refused(_) | Self::Card { .. }
+        )
     }
 
     /// The remote does not know the task.
@@ -73,7 +80,9 @@ impl ClientError {
     }
 
     fn from_reqwest(error: reqwest::Error) -> Self {
-        if error.is_connect() {
+        if let Some(refused) = super::reach::refused_in(&error) {
+            Self::Refused(refused)
+        } else if error.is_connect() {
             Self::Unreachable(error.to_string())
         } else {
             Self::Transport(error.to_string())
@@ -208,6 +217,8 @@ pub struct A2aClient {
     http: reqwest::Client,
     agent: RemoteAgent,
     bearer: Option<String>,
+    /// Checks URLs that name a literal IP (names are checked by `http`'s resolver).
+    reach: std::sync::Arc<super::reach::Reach>,
 }
 
 /// An open stream of events.
@@ -282,11 +293,18 @@ async fn read_limited(
 }
 
 impl A2aClient {
-    pub fn new(http: reqwest::Client, agent: RemoteAgent, bearer: Option<String>) -> Self {
+    /// `http` must be `reach`'s client ([`Reach::client`](super::reach::Reach::client)).
+    pub fn new(
+        http: reqwest::Client,
+        agent: RemoteAgent,
+        bearer: Option<String>,
+        reach: std::sync::Arc<super::reach::Reach>,
+    ) -> Self {
         Self {
             http,
             agent,
             bearer,
+            reach,
         }
     }
 
@@ -433,11 +451,15 @@ impl A2aClient {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!("`{url}` is not an http(s) URL"));
         }
+        self.reach.check_url(&url)?;
         let mut request = self.http.get(url.clone()).timeout(timeout);
         if let Some(bearer) = self.bearer_for(&url) {
             request = request.header(AUTHORIZATION, format!("Bearer {bearer}"));
         }
-        let response = request.send().await.map_err(|e| e.to_string())?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ClientError::from_reqwest(e).to_string())?;
         if !response.status().is_success() {
             return Err(format!("HTTP {}", response.status().as_u16()));
         }

@@ -7,7 +7,8 @@
 //! - [`rpc`]: the JSON-RPC envelope, the protocol version of a request, error codes;
 //! - [`codec`]: the two wire versions, both ways (a server's requests in and answers out, a
 //!   client's answers in);
-//! - [`client`]: a remote A2A agent called over A2A 1.0 JSON-RPC (its card checked).
+//! - [`client`]: a remote A2A agent called over A2A 1.0 JSON-RPC (its card checked);
+//! - [`reach`]: the addresses the client may connect to (public ones, and ranges allowed).
 //!
 //! **Invariant:** this module knows nothing of runs, nor of the HTTP server (`api::a2a`
 //! serves the protocol; the client makes its own HTTP requests, through `reqwest`).
@@ -15,4 +16,5 @@
 pub mod client;
 pub mod codec;
 pub mod model;
+pub mod reach;
 pub mod rpc;

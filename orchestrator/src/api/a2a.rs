@@ -9,13 +9,13 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::runs::{StreamAuthority, async_stream_of};
+use super::runs::{StreamAuthority, authorized_sse};
 use super::{AppState, bearer};
 use crate::a2a::codec;
 use crate::a2a::model::{Call, StreamItem};
@@ -34,10 +34,6 @@ const CARD_MAX_AGE_SECS: u32 = 300;
 /// skills come from the binary and the settings), so that is when it was last modified.
 static STARTED: std::sync::LazyLock<std::time::SystemTime> =
     std::sync::LazyLock::new(std::time::SystemTime::now);
-/// SSE comments that keep an idle stream (and proxies) open.
-const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
-/// How often a stream checks that its key still stands.
-const AUTHORITY_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub fn routes() -> Router<AppState> {
     std::sync::LazyLock::force(&STARTED);
@@ -202,7 +198,7 @@ fn stream(
     id: RequestId,
     items: Result<tokio::sync::mpsc::Receiver<StreamItem>, A2aError>,
 ) -> Response {
-    let mut items = match items {
+    let items = match items {
         Ok(items) => items,
         Err(error) => {
             let response = rpc::error(&id, &error, version);
@@ -213,30 +209,10 @@ fn stream(
             return Sse::new(events).into_response();
         }
     };
-    let state = state.clone();
     let authority = StreamAuthority::Key(caller.key_id);
-    let events = async_stream_of(move |tx| async move {
-        let mut check = tokio::time::interval(AUTHORITY_CHECK);
-        check.tick().await;
-        loop {
-            tokio::select! {
-                item = items.recv() => {
-                    let Some(item) = item else { return };
-                    let response = rpc::result(&id, codec::stream_item(version, &item));
-                    let Ok(event) = SseEvent::default().json_data(&response) else { return };
-                    if tx.send(event).await.is_err() {
-                        return;
-                    }
-                }
-                _ = check.tick() => {
-                    if !authority.stands(&state).await {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
-        .into_response()
+    authorized_sse(state, authority, items, move |item| {
+        let response = rpc::result(&id, codec::stream_item(version, &item));
+        let event = SseEvent::default().json_data(&response).ok()?;
+        Some((event, false))
+    })
 }

@@ -411,28 +411,43 @@ pub(super) fn event_stream(
     after: i64,
     authority: StreamAuthority,
 ) -> Response {
-    let mut follow = state.runs.follow(id, after);
+    let follow = state.runs.follow(id, after);
+    authorized_sse(state, authority, follow, |event| {
+        let sse = SseEvent::default()
+            .id(event.seq.to_string())
+            .event(event.kind.clone())
+            .json_data(event_wire(&event))
+            .ok()?;
+        Some((sse, crate::runs::ends_run(&event)))
+    })
+}
+
+/// Server-Sent Events of what `source` gives, each written by `write` (`None`: the stream
+/// ends; `Some((event, true))`: the last one), with heartbeats; the stream ends when the
+/// authority it was opened under no longer stands (checked every [`AUTHORITY_CHECK`]).
+pub(super) fn authorized_sse<T, W>(
+    state: &AppState,
+    authority: StreamAuthority,
+    mut source: tokio::sync::mpsc::Receiver<T>,
+    write: W,
+) -> Response
+where
+    T: Send + 'static,
+    W: Fn(T) -> Option<(SseEvent, bool)> + Send + 'static,
+{
     let state = state.clone();
     let stream = async_stream_of(move |tx| async move {
         let mut check = tokio::time::interval(AUTHORITY_CHECK);
         check.tick().await;
         loop {
             tokio::select! {
-                event = follow.recv() => {
-                    let Some(event) = event else { return };
-                    let terminal = crate::runs::ends_run(&event);
-                    let wire = event_wire(&event);
-                    let sse = SseEvent::default()
-                        .id(event.seq.to_string())
-                        .event(event.kind.clone())
-                        .json_data(&wire);
-                    let Ok(sse) = sse else { return };
-                    if tx.send(sse).await.is_err() || terminal {
+                item = source.recv() => {
+                    let Some((event, last)) = item.and_then(&write) else { return };
+                    if tx.send(event).await.is_err() || last {
                         return;
                     }
                 }
                 _ = check.tick() => {
-                    // The stream ends with the authority it was opened under.
                     if !authority.stands(&state).await {
                         return;
                     }

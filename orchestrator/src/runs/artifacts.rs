@@ -159,6 +159,27 @@ pub fn artifact_name(raw: &str) -> Option<String> {
     (!name.is_empty() && name.len() <= MAX_NAME_CHARS).then_some(name)
 }
 
+/// The record of `bytes` kept as `name` of run `run_id`: its size and SHA-256 computed here.
+pub fn describe(
+    run_id: &str,
+    name: &str,
+    kind: &str,
+    content_type: &str,
+    bytes: &[u8],
+    created_at: i64,
+) -> crate::db::ArtifactRecord {
+    use sha2::{Digest, Sha256};
+    crate::db::ArtifactRecord {
+        run_id: run_id.to_string(),
+        name: name.to_string(),
+        kind: kind.to_string(),
+        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        content_type: content_type.to_string(),
+        sha256: hex::encode(Sha256::digest(bytes)),
+        created_at,
+    }
+}
+
 /// What an artifact's bytes are, judged by their first bytes only: the image types a browser
 /// may show inline, everything else a download.
 pub fn sniff_content_type(bytes: &[u8]) -> &'static str {

@@ -1,11 +1,13 @@
-//! Computer-use runs: a task in words, carried out in one sandbox by the `agent` crate's loop,
-//! with its events stored and served, a person able to take over and hand back, and the files
-//! it produced kept.
+//! Runs: a task in words, carried out in one sandbox by the `agent` crate's loop (or handed to
+//! a remote A2A agent: [`remote`]), with its events stored and served, a person able to take
+//! over and hand back (or answer), and the files it produced kept.
 //!
 //! - [`Runs`] is the service the API calls: create (idempotent), list, get, cancel, takeover,
 //!   hand-back, answer, events, artifacts. It knows nothing of HTTP.
 //! - [`driver`] drives one run: takes a sandbox (warm pool first), builds the model and the
-//!   computer, runs or resumes the loop, holds the run's lease in the database.
+//!   computer, runs or resumes the loop, holds the run's lease in the database; a run of the
+//!   [`conformance`] executor or of a [`remote`] A2A agent takes no sandbox;
+//!   [`credentials`] keeps the bearer tokens for remote agents, sealed.
 //! - [`sink`] is the loop's [`agent::EventSink`]: each event is appended to the log (seq
 //!   without gaps, status moved in the same transaction) and then published to subscribers;
 //!   screenshots and `~/outputs` files go to the artifact store.
@@ -151,6 +153,8 @@ pub struct RunSettings {
     /// Whether runs may use the A2A conformance executor (model `conformance`): a testing
     /// aid, off by default.
     pub conformance: bool,
+    /// What `a2a:` runs may connect to: public addresses, and these ranges.
+    pub a2a_reach: crate::a2a::reach::Reach,
 }
 
 impl Default for RunSettings {
@@ -162,6 +166,7 @@ impl Default for RunSettings {
             key_artifact_bytes: 10 * 1024 * 1024 * 1024,
             retention: Some(Duration::from_secs(30 * 86_400)),
             conformance: false,
+            a2a_reach: crate::a2a::reach::Reach::default(),
         }
     }
 }
@@ -221,8 +226,10 @@ pub struct Runs {
     /// `<instance>/`: every life of this instance.
     pub(crate) instance_prefix: String,
     pub(crate) active: Mutex<HashMap<String, Arc<ActiveRun>>>,
-    /// Calls remote A2A agents (`a2a:` runs).
-    pub(crate) http: reqwest::Client,
+    /// Calls remote A2A agents (`a2a:` runs): only what `reach` permits (or why it could not
+    /// start).
+    pub(crate) http: Result<reqwest::Client, String>,
+    pub(crate) reach: Arc<crate::a2a::reach::Reach>,
 }
 
 impl Runs {
@@ -255,6 +262,8 @@ impl Runs {
     ) -> Arc<Self> {
         models.script_root = settings.script_root.clone();
         let instance = sandboxes.instance().to_string();
+        let http = settings.a2a_reach.client();
+        let reach = Arc::new(settings.a2a_reach.clone());
         Arc::new(Self {
             store,
             sandboxes,
@@ -266,7 +275,8 @@ impl Runs {
             lease_owner: format!("{instance}/{}", new_id("boot")),
             instance_prefix: format!("{instance}/"),
             active: Mutex::new(HashMap::new()),
-            http: reqwest::Client::new(),
+            http,
+            reach,
         })
     }
 
@@ -288,6 +298,7 @@ impl Runs {
                 key_artifact_bytes: settings.key_artifact_bytes,
                 retention: settings.run_retention,
                 conformance: settings.a2a_conformance,
+                a2a_reach: crate::a2a::reach::Reach::new(settings.a2a_remote_networks.clone()),
             },
         )
     }
@@ -424,15 +435,15 @@ impl Runs {
             self.artifacts
                 .put(&run.id, &name, input.bytes.clone())
                 .await?;
-            let record = ArtifactRecord {
-                run_id: run.id.clone(),
-                name,
-                kind: "input".into(),
-                size: i64::try_from(input.bytes.len()).unwrap_or(i64::MAX),
-                content_type: artifacts::sniff_content_type(&input.bytes).to_string(),
-                sha256: hex::encode(Sha256::digest(&input.bytes)),
-                created_at: run.created_at,
-            };
+            let content_type = artifacts::sniff_content_type(&input.bytes);
+            let record = artifacts::describe(
+                &run.id,
+                &name,
+                "input",
+                content_type,
+                &input.bytes,
+                run.created_at,
+            );
             if !self.store.keep_artifact(&record, &self.lease_owner).await? {
                 return Err(RunError::Conflict(format!(
                     "run {} ended before its inputs were kept",

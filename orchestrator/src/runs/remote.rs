@@ -209,10 +209,12 @@ async fn connect(
         ),
         Err(error) => return Err(format!("reading the credential for {origin}: {error}")),
     };
+    runs.reach.check_url(card_url)?;
+    let http = runs.http.clone()?;
     let mut wait = POLL_FIRST;
     loop {
-        match RemoteAgent::discover(&runs.http, card_url, bearer.as_deref()).await {
-            Ok(agent) => return Ok(A2aClient::new(runs.http.clone(), agent, bearer)),
+        match RemoteAgent::discover(&http, card_url, bearer.as_deref()).await {
+            Ok(agent) => return Ok(A2aClient::new(http, agent, bearer, runs.reach.clone())),
             Err(ClientError::Unreachable(error)) | Err(ClientError::Transport(error))
                 if Instant::now() + wait < deadline =>
             {

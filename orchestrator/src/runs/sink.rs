@@ -13,10 +13,11 @@ use std::time::Duration;
 use agent::{Checkpoint, EventSink, ObservationMeta, RunEvent, SinkError};
 use async_trait::async_trait;
 use bytes::Bytes;
-use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
-use super::artifacts::{MAX_ARTIFACT_BYTES, MAX_OUTPUT_FILES, artifact_name, sniff_content_type};
+use super::artifacts::{
+    MAX_ARTIFACT_BYTES, MAX_OUTPUT_FILES, artifact_name, describe, sniff_content_type,
+};
 use super::connect::{FilesError, SandboxFiles};
 use super::{ActiveRun, Runs};
 use crate::db::{ArtifactRecord, EventRecord, StatusChange};
@@ -345,18 +346,11 @@ impl RunSink {
         {
             return Err(KeepError::NotDriving);
         }
-        let record = ArtifactRecord {
-            run_id: self.run_id.clone(),
-            name: name.to_string(),
-            kind: kind.to_string(),
-            size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-            content_type: declared
-                .filter(|declared| DECLARABLE_TYPES.contains(declared))
-                .unwrap_or_else(|| sniff_content_type(&bytes))
-                .to_string(),
-            sha256: hex::encode(Sha256::digest(&bytes)),
-            created_at: self.runs.clock.now_ms(),
-        };
+        let content_type = declared
+            .filter(|declared| DECLARABLE_TYPES.contains(declared))
+            .unwrap_or_else(|| sniff_content_type(&bytes));
+        let now = self.runs.clock.now_ms();
+        let record = describe(&self.run_id, name, kind, content_type, &bytes, now);
         self.runs
             .artifacts
             .put(&self.run_id, name, bytes)

@@ -61,7 +61,8 @@ def remote():
 
 @pytest.fixture(scope="module")
 def local():
-    node = Node("pya2al-")
+    # The remotes here are on this host: allowed explicitly (public addresses only by default).
+    node = Node("pya2al-", ["--a2a-remote-networks", "127.0.0.0/8"])
     yield node
     node.close()
 
@@ -285,6 +286,37 @@ def test_a_remote_restart_mid_task_is_waited_out_and_the_task_followed(local, ke
     done = wait_for(local, key, run["id"], TERMINAL, timeout=120)
     assert done["status"] == "completed", (done, events(local, key, run["id"]))
     assert len(remote_runs(remote, remote_key, task)) == 1
+
+
+def test_attack_a_run_cannot_make_the_orchestrator_reach_the_hosts_own_services(local, remote):
+    """A key holder names a URL on the orchestrator's host (or the private network, or a cloud
+    metadata address) as a remote agent: without `--a2a-remote-networks` the orchestrator
+    fetches nothing there, whether the host is a literal IP or a name that resolves to one."""
+    key = remote.new_key("probe")
+    seen = []
+
+    class Trap(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    trap = ThreadingHTTPServer(("127.0.0.1", 0), Trap)
+    threading.Thread(target=trap.serve_forever, daemon=True).start()
+    try:
+        port = trap.server_address[1]
+        for card in [f"http://127.0.0.1:{port}/.well-known/agent-card.json",
+                     f"http://localhost:{port}/.well-known/agent-card.json",
+                     "http://169.254.169.254/latest/meta-data/"]:
+            run = start(remote, key, "probe", "a2a:" + card)
+            done = wait_for(remote, key, run["id"], TERMINAL)
+            assert done["status"] == "failed" and "--a2a-remote-networks" in done["reason"], done
+        assert seen == [], "nothing on the host was fetched"
+    finally:
+        trap.shutdown()
 
 
 def test_without_a_credential_the_remote_refuses_and_the_run_says_so(local, remote):
