@@ -215,11 +215,13 @@ pub async fn delete(
 }
 
 /// Cancels a run; answers once its final `canceled` status is written (an action in flight
-/// finishes first; nothing is written after the status).
+/// finishes first; nothing is written after the status). An `a2a:` run answers once the cancel
+/// is sent to the remote agent: `canceled` when it confirmed at once, `canceling` until it
+/// does; a refusal is a 409 and the run goes on.
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs",
     params(("id" = String, Path)),
     responses((status = 200, body = Run), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "the run has ended, or another orchestrator process drives it", body = ErrorBody),
+        (status = 409, description = "the run has ended, another orchestrator process drives it, or the remote agent refused the cancel", body = ErrorBody),
         (status = 504, body = ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,
