@@ -83,6 +83,10 @@ struct Requests {
     take_over: bool,
     hand_back: Option<String>,
     answer: Option<String>,
+    /// The id of the message that carried `answer` (an A2A message), if any.
+    answer_message_id: Option<String>,
+    /// The id of the message that carried the answer the loop took last.
+    taken_message_id: Option<String>,
     cancel_reply: Option<CancelReply>,
 }
 
@@ -217,12 +221,26 @@ impl Control {
     /// the answer approves it only if it is `yes`, `approve`, `approved`, `ok`, `allow` or
     /// `acknowledge` (any case); anything else declines it and is passed to the model.
     pub async fn answer(&self, text: impl Into<String>) -> Result<(), ControlError> {
+        self.answer_with_id(text, None).await
+    }
+
+    /// [`answer`](Self::answer), naming the message that carried it (an A2A message id): the
+    /// loop finds it with [`take_answer_message_id`](Self::take_answer_message_id).
+    pub async fn answer_with_id(
+        &self,
+        text: impl Into<String>,
+        message_id: Option<String>,
+    ) -> Result<(), ControlError> {
         let request_id = match self.phase() {
             Phase::Finished(_) => return Err(ControlError::Finished),
             Phase::WaitingForInput { request_id } => request_id,
             _ => return Err(ControlError::NotWaitingForInput),
         };
-        self.requests().answer = Some(text.into());
+        {
+            let mut requests = self.requests();
+            requests.answer = Some(text.into());
+            requests.answer_message_id = message_id;
+        }
         self.inner.wake.notify_one();
         self.wait_phase(
             |p| !matches!(p, Phase::WaitingForInput { request_id: id } if *id == request_id),
@@ -331,6 +349,7 @@ impl Control {
                     return InputSignal::TakeOver;
                 }
                 if let Some(answer) = requests.answer.take() {
+                    requests.taken_message_id = requests.answer_message_id.take();
                     return InputSignal::Answer(answer);
                 }
             }
@@ -340,7 +359,15 @@ impl Control {
 
     /// Forgets a stale answer (one given for an earlier question).
     pub(crate) fn clear_answer(&self) {
-        self.requests().answer = None;
+        let mut requests = self.requests();
+        requests.answer = None;
+        requests.answer_message_id = None;
+    }
+
+    /// The id of the message that carried the answer [`wait_input`](Self::wait_input) gave
+    /// last, if it had one (taken: a second call answers `None`).
+    pub fn take_answer_message_id(&self) -> Option<String> {
+        self.requests().taken_message_id.take()
     }
 }
 

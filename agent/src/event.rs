@@ -259,6 +259,9 @@ pub enum RunEvent {
         /// For safety checks: whether the answer approved them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         approved: Option<bool>,
+        /// The id of the message that carried the answer (an A2A client's message id).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message_id: Option<String>,
     },
     #[serde(rename = "error")]
     Error {

@@ -87,6 +87,7 @@ impl Runner {
                         request_id,
                         text: text.clone(),
                         approved: (kind == InputKind::SafetyCheck).then_some(approved),
+                        message_id: self.control.take_answer_message_id(),
                     })
                     .await?;
                     self.status(RunStatus::Running).await?;

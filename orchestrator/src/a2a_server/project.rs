@@ -168,8 +168,14 @@ impl Projection {
                 self.history.push(message);
                 None
             }
-            RunEvent::InputReceived { text, .. } => {
-                let message = self.message(record.seq, Role::User, text);
+            RunEvent::InputReceived {
+                text, message_id, ..
+            } => {
+                let mut message = self.message(record.seq, Role::User, text);
+                if let Some(id) = message_id {
+                    // The client's own id for the message it sent.
+                    message.message_id = id;
+                }
                 self.history.push(message);
                 None
             }
@@ -286,6 +292,7 @@ mod tests {
             request_id: "input-1".into(),
             text: "Friday".into(),
             approved: None,
+            message_id: Some("client-msg-2".into()),
         };
         p.apply(&record(5, answer));
         p.apply(&record(6, status(RunStatus::Running)));
@@ -307,6 +314,10 @@ mod tests {
             ]
         );
         assert_eq!(p.history[0].message_id, "msg-1");
+        assert_eq!(
+            p.history[2].message_id, "client-msg-2",
+            "the client's own id"
+        );
         assert_eq!(p.history(Some(1)).len(), 1);
         assert_eq!(p.history(Some(0)).len(), 0);
     }

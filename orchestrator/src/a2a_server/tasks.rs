@@ -376,7 +376,7 @@ impl Tasks {
             }
             let after = run.last_seq;
             self.runs
-                .answer(task_id, Some(owner), text)
+                .answer_message(task_id, Some(owner), text, Some(message.message_id.clone()))
                 .await
                 .map_err(run_error)?;
             return Ok(Submitted::Run {

@@ -22,6 +22,9 @@ use crate::db::RunRecord;
 /// resubscribes within twice its streaming timeout (4 s by default).
 const LINGER: Duration = Duration::from_millis(4500);
 
+/// The message id prefix of an answer that is asked for input again.
+const ASKS_AGAIN: &str = "tck-input-required";
+
 /// One step of a scripted answer.
 #[derive(Debug, Clone, PartialEq)]
 enum Step {
@@ -253,15 +256,21 @@ async fn follow(
                     .await
                     .map_err(|_| Stop::Sink)?;
             }
-            Step::Ask(question) => {
-                answer = Some(ask(question, control, &emit).await?);
-            }
+            Step::Ask(question) => loop {
+                let (said, message_id) = ask(question, control, &emit).await?;
+                answer = Some(said);
+                // An answer whose own message id asks for input again (as the kit's multi-turn
+                // history tests send) keeps the task waiting.
+                if !message_id.is_some_and(|id| id.starts_with(ASKS_AGAIN)) {
+                    break;
+                }
+            },
             Step::Converse => {
                 let mut question = "What should I do next? (This task goes on until it is \
                                     canceled.)"
                     .to_string();
                 loop {
-                    let said = ask(&question, control, &emit).await?;
+                    let (said, _) = ask(&question, control, &emit).await?;
                     question = format!("Noted: {said}. Anything else?");
                 }
             }
@@ -355,7 +364,11 @@ fn cancel_requested(control: &agent::Control) -> bool {
 
 /// Asks `question` and waits for the answer; a takeover is refused (there is no desktop) and
 /// the wait goes on.
-async fn ask<F, Fut>(question: &str, control: &agent::Control, emit: &F) -> Result<String, Stop>
+async fn ask<F, Fut>(
+    question: &str,
+    control: &agent::Control,
+    emit: &F,
+) -> Result<(String, Option<String>), Stop>
 where
     F: Fn(RunEvent) -> Fut,
     Fut: std::future::Future<Output = Result<(), Stop>>,
@@ -384,15 +397,17 @@ where
                 }
             }
             InputSignal::Answer(text) => {
+                let message_id = control.take_answer_message_id();
                 emit(RunEvent::InputReceived {
                     request_id,
                     text: text.clone(),
                     approved: None,
+                    message_id: message_id.clone(),
                 })
                 .await?;
                 emit(status(RunStatus::Running)).await?;
                 control.set_phase(Phase::Running);
-                return Ok(text);
+                return Ok((text, message_id));
             }
         }
     }

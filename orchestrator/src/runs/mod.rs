@@ -642,9 +642,21 @@ impl Runs {
         owner: Option<&str>,
         text: String,
     ) -> Result<RunRecord, RunError> {
+        self.answer_message(id, owner, text, None).await
+    }
+
+    /// [`answer`](Self::answer), carried by a message with this id (an A2A client's): the
+    /// run's `input.received` event keeps it.
+    pub async fn answer_message(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        text: String,
+        message_id: Option<String>,
+    ) -> Result<RunRecord, RunError> {
         validate::run_text("text", &text)?;
         let active = self.started(id, owner).await?;
-        control_result(id, active.control.answer(text).await)?;
+        control_result(id, active.control.answer_with_id(text, message_id).await)?;
         self.get(id, owner).await
     }
 

@@ -816,6 +816,7 @@ impl Remote<'_> {
                         request_id,
                         text: text.clone(),
                         approved: None,
+                        message_id: self.control.take_answer_message_id(),
                     })
                     .await?;
                     self.control.set_phase(Phase::Running);
