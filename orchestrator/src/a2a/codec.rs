@@ -216,18 +216,7 @@ fn read_message(version: Version, value: &Value) -> Result<Message, A2aError> {
             }));
         }
     };
-    let parts = match map.get("parts") {
-        Some(Value::Array(parts)) if !parts.is_empty() && parts.len() <= MAX_PARTS => parts
-            .iter()
-            .enumerate()
-            .map(|(i, part)| read_part(version, part, i))
-            .collect::<Result<Vec<_>, _>>()?,
-        _ => {
-            return Err(invalid(format!(
-                "`message.parts` must be a list of 1 to {MAX_PARTS} parts"
-            )));
-        }
-    };
+    let parts = read_parts(version, map, "message", 1)?;
     let metadata = match map.get("metadata") {
         None | Some(Value::Null) => None,
         Some(Value::Object(m)) => Some(m.clone()),
@@ -241,6 +230,28 @@ fn read_message(version: Version, value: &Value) -> Result<Message, A2aError> {
         task_id: optional_string(map, "taskId")?.filter(|t| !t.is_empty()),
         metadata,
     })
+}
+
+/// The `parts` of a message or an artifact (`owner` names it): `fewest` to [`MAX_PARTS`].
+fn read_parts(
+    version: Version,
+    map: &Map<String, Value>,
+    owner: &str,
+    fewest: usize,
+) -> Result<Vec<Part>, A2aError> {
+    match map.get("parts") {
+        Some(Value::Array(parts)) if (fewest..=MAX_PARTS).contains(&parts.len()) => parts
+            .iter()
+            .enumerate()
+            .map(|(i, part)| read_part(version, part, i))
+            .collect(),
+        _ if fewest == 0 => Err(invalid(format!(
+            "`{owner}.parts` must be a list of at most {MAX_PARTS} parts"
+        ))),
+        _ => Err(invalid(format!(
+            "`{owner}.parts` must be a list of {fewest} to {MAX_PARTS} parts"
+        ))),
+    }
 }
 
 fn read_part(version: Version, value: &Value, index: usize) -> Result<Part, A2aError> {
@@ -613,18 +624,7 @@ fn read_artifact(version: Version, value: &Value) -> Result<Artifact, A2aError> 
     let artifact_id = optional_string(map, "artifactId")?
         .filter(|id| !id.is_empty())
         .ok_or_else(|| invalid("`artifact.artifactId` must be a non-empty string"))?;
-    let parts = match map.get("parts") {
-        Some(Value::Array(parts)) if parts.len() <= MAX_PARTS => parts
-            .iter()
-            .enumerate()
-            .map(|(i, part)| read_part(version, part, i))
-            .collect::<Result<Vec<_>, _>>()?,
-        _ => {
-            return Err(invalid(format!(
-                "`artifact.parts` must be a list of at most {MAX_PARTS} parts"
-            )));
-        }
-    };
+    let parts = read_parts(version, map, "artifact", 0)?;
     Ok(Artifact {
         artifact_id,
         name: optional_string(map, "name")?,

@@ -294,21 +294,11 @@ async fn follow(
                 return Ok(RunStatus::Completed);
             }
             Step::Fail(reason) => {
-                emit(RunEvent::RunStatus {
-                    status: RunStatus::Failed,
-                    reason: Some(reason.to_string()),
-                    answer: None,
-                })
-                .await?;
+                emit(status_because(RunStatus::Failed, reason)).await?;
                 return Ok(RunStatus::Failed);
             }
             Step::Auth(message) => {
-                emit(RunEvent::RunStatus {
-                    status: RunStatus::AuthRequired,
-                    reason: Some(message.to_string()),
-                    answer: None,
-                })
-                .await?;
+                emit(status_because(RunStatus::AuthRequired, message)).await?;
                 let request_id = crate::secret::new_id("auth");
                 control.set_phase(Phase::WaitingForInput { request_id });
                 loop {
@@ -334,17 +324,21 @@ async fn follow(
                     fatal: true,
                 })
                 .await?;
-                emit(RunEvent::RunStatus {
-                    status: RunStatus::Failed,
-                    reason: Some(reason.to_string()),
-                    answer: None,
-                })
-                .await?;
+                emit(status_because(RunStatus::Failed, reason)).await?;
                 return Ok(RunStatus::Failed);
             }
         }
     }
     Ok(RunStatus::Completed)
+}
+
+/// A status change with its reason.
+fn status_because(status: RunStatus, reason: &str) -> RunEvent {
+    RunEvent::RunStatus {
+        status,
+        reason: Some(reason.to_string()),
+        answer: None,
+    }
 }
 
 /// A status change without a reason or an answer.
