@@ -326,6 +326,13 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// The run's sandbox was paused (frozen) while the run waited: it stays paused until the
+    /// run acts again (an answer, a takeover, a hand-back), which resumes it first.
+    #[serde(rename = "sandbox.paused")]
+    SandboxPaused { sandbox_id: String, reason: String },
+    /// The run's sandbox was resumed.
+    #[serde(rename = "sandbox.resumed")]
+    SandboxResumed { sandbox_id: String, reason: String },
 }
 
 impl RunEvent {
@@ -347,6 +354,8 @@ impl RunEvent {
             RunEvent::ArtifactSkipped { .. } => "artifact.skipped",
             RunEvent::RemoteSubmitted { .. } => "remote.submitted",
             RunEvent::RemoteTask { .. } => "remote.task",
+            RunEvent::SandboxPaused { .. } => "sandbox.paused",
+            RunEvent::SandboxResumed { .. } => "sandbox.resumed",
         }
     }
 }

@@ -125,3 +125,50 @@ pub fn error_answer(
             .build(),
     )
 }
+
+/// For servers whose JSON extractor takes an empty body as `{}` ([`crate::body`]): a body whose
+/// schema requires no field may be left out, so it is documented as not required. (utoipa marks
+/// every `request_body` required.)
+pub fn optional_bodies_are_not_required(document: &mut OpenApi) {
+    use std::collections::HashSet;
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::Schema;
+    let optional: HashSet<String> = document
+        .components
+        .as_ref()
+        .map(|components| {
+            components
+                .schemas
+                .iter()
+                .filter_map(|(name, schema)| match schema {
+                    RefOr::T(Schema::Object(object)) if object.required.is_empty() => {
+                        Some(format!("#/components/schemas/{name}"))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for item in document.paths.paths.values_mut() {
+        for operation in operations_mut(item) {
+            let Some(RefOr::T(body)) = operation.request_body.as_mut() else {
+                continue;
+            };
+            let may_be_empty = body
+                .content
+                .get("application/json")
+                .and_then(|json| match json {
+                    RefOr::T(json) => json.schema.as_ref(),
+                    RefOr::Ref(_) => None,
+                })
+                .is_some_and(|schema| match schema {
+                    RefOr::Ref(reference) => optional.contains(&reference.ref_location),
+                    RefOr::T(Schema::Object(object)) => object.required.is_empty(),
+                    RefOr::T(_) => false,
+                });
+            if may_be_empty {
+                body.required = Some(utoipa::openapi::Required::False);
+            }
+        }
+    }
+}

@@ -6,7 +6,8 @@ import { el, clock } from '/assets/console/api.js';
 
 const KINDS = ['run.status', 'agent.message', 'agent.reasoning', 'action.started', 'action.finished',
   'control.taken', 'control.returned', 'input.requested', 'input.received', 'artifact.created',
-  'artifact.skipped', 'error', 'usage', 'remote.submitted', 'remote.task'];
+  'artifact.skipped', 'error', 'usage', 'remote.submitted', 'remote.task', 'sandbox.paused',
+  'sandbox.resumed'];
 
 const STATUS_TEXT = {
   queued: 'Queued: waiting for a sandbox',
@@ -296,6 +297,14 @@ export class Timeline {
         const what = event.task_id ? `Remote task ${event.task_id}: ` : 'The remote agent answered: ';
         row.append(el('div', {}, el('strong', {}, what), el('span', { class: 'mono' }, event.state),
           event.message ? el('p', { class: 'text' }, event.message) : null, when));
+        break;
+      }
+      case 'sandbox.paused':
+      case 'sandbox.resumed': {
+        const row = this.row(null, true);
+        this.mark(row, event.seq);
+        const what = event.type === 'sandbox.paused' ? 'Sandbox paused: ' : 'Sandbox resumed: ';
+        row.append(el('div', {}, el('strong', {}, what), el('span', {}, event.reason), when));
         break;
       }
       default: {

@@ -111,6 +111,10 @@ enum SandboxCommand {
     },
     /// Remove sandboxes.
     Rm { ids: Vec<String> },
+    /// Pause sandboxes (freeze every process; memory and state kept).
+    Pause { ids: Vec<String> },
+    /// Resume paused sandboxes.
+    Resume { ids: Vec<String> },
     /// Run a shell command in a sandbox (through its `/v1/shell/exec`).
     Exec {
         id: String,
@@ -223,6 +227,39 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `method /v1/sandboxes/{id}{suffix}` for each id, saying `done` or the error of each; fails
+/// when any did.
+async fn each_sandbox(
+    client: &Client,
+    method: Method,
+    suffix: &str,
+    done: &str,
+    ids: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    for id in ids {
+        match client
+            .send(
+                method.clone(),
+                &format!("/v1/sandboxes/{id}{suffix}"),
+                NO_BODY,
+            )
+            .await
+        {
+            Ok(_) => println!("{done} {id}"),
+            Err(error) => {
+                eprintln!("{id}: {error:#}");
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<ExitCode> {
     match command {
         SandboxCommand::Create {
@@ -241,6 +278,7 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
                 max_lifetime_secs: lifetime,
                 env: Some(env.into_iter().collect::<BTreeMap<_, _>>()),
                 metadata: Some(metadata.into_iter().collect::<BTreeMap<_, _>>()),
+                ..CreateSandboxRequest::default()
             };
             let progress = Progress::start("creating sandbox");
             let result = client
@@ -285,24 +323,13 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         SandboxCommand::Rm { ids } => {
-            let mut failed = false;
-            for id in ids {
-                match client
-                    .send(Method::DELETE, &format!("/v1/sandboxes/{id}"), NO_BODY)
-                    .await
-                {
-                    Ok(_) => println!("removed {id}"),
-                    Err(error) => {
-                        eprintln!("{id}: {error:#}");
-                        failed = true;
-                    }
-                }
-            }
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
+            each_sandbox(client, Method::DELETE, "", "removed", ids).await
+        }
+        SandboxCommand::Pause { ids } => {
+            each_sandbox(client, Method::POST, "/pause", "paused", ids).await
+        }
+        SandboxCommand::Resume { ids } => {
+            each_sandbox(client, Method::POST, "/resume", "resumed", ids).await
         }
         SandboxCommand::Exec { id, cwd, command } => {
             let command = command
@@ -636,6 +663,9 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             error: None,
+            paused_at: None,
+            auto_resume: false,
+            idle_pause_secs: None,
             urls: crate::api::types::SandboxUrls {
                 api: format!("http://o/v1/sandboxes/{id}/api"),
                 vnc: format!("http://o/v1/sandboxes/{id}/vnc/"),

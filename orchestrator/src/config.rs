@@ -93,6 +93,11 @@ pub struct ServeArgs {
     /// Idle timeout when a request gives none, seconds.
     #[arg(long, env = "AGENTBOX_IDLE_TIMEOUT_SECS", default_value_t = 600)]
     pub idle_timeout_secs: i64,
+    /// Idle this long (seconds), a sandbox is paused (frozen, memory kept) until something
+    /// resumes it, when its create request gives no `idle_pause_secs`; 0: never. Paused, it is
+    /// still removed once idle for its idle timeout.
+    #[arg(long, env = "AGENTBOX_IDLE_PAUSE_SECS", default_value_t = 0)]
+    pub idle_pause_secs: i64,
     /// Absolute lifetime when a request gives none, seconds.
     #[arg(long, env = "AGENTBOX_MAX_LIFETIME_SECS", default_value_t = 3600)]
     pub max_lifetime_secs: i64,
@@ -197,6 +202,8 @@ pub struct Settings {
     pub max_concurrent_starts: usize,
     pub limits: Limits,
     pub idle_timeout_secs: i64,
+    /// `None`: sandboxes are not paused when idle unless their request asks.
+    pub idle_pause_secs: Option<i64>,
     pub max_lifetime_secs: i64,
     pub lifetime_cap_secs: i64,
     pub ready_timeout: Duration,
@@ -282,6 +289,7 @@ impl ServeArgs {
                 disk_mib: self.disk_mib,
             },
             idle_timeout_secs: self.idle_timeout_secs,
+            idle_pause_secs: (self.idle_pause_secs > 0).then_some(self.idle_pause_secs),
             max_lifetime_secs: self.max_lifetime_secs,
             lifetime_cap_secs: self.lifetime_cap_secs,
             ready_timeout: Duration::from_secs(self.ready_timeout_secs.max(1)),
@@ -348,6 +356,12 @@ impl ServeArgs {
             return Err(invalid(
                 "idle-timeout-secs",
                 "must be between 1 and the lifetime cap",
+            ));
+        }
+        if self.idle_pause_secs < 0 || self.idle_pause_secs > self.lifetime_cap_secs {
+            return Err(invalid(
+                "idle-pause-secs",
+                "must be between 0 (never) and the lifetime cap",
             ));
         }
         if self.max_lifetime_secs < 1 || self.max_lifetime_secs > self.lifetime_cap_secs {

@@ -114,15 +114,19 @@ pub enum SandboxStatus {
     Deleting,
     /// The record outlived its container (found missing by the reconciler or the heartbeat).
     Lost,
+    /// Frozen (the cgroup freezer): no CPU, its memory and connections kept, not reachable
+    /// through the proxies until it is resumed.
+    Paused,
 }
 
 impl SandboxStatus {
-    pub const ALL: [SandboxStatus; 5] = [
+    pub const ALL: [SandboxStatus; 6] = [
         Self::Creating,
         Self::Ready,
         Self::Degraded,
         Self::Deleting,
         Self::Lost,
+        Self::Paused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -132,6 +136,7 @@ impl SandboxStatus {
             Self::Degraded => "degraded",
             Self::Deleting => "deleting",
             Self::Lost => "lost",
+            Self::Paused => "paused",
         }
     }
 }
@@ -150,7 +155,10 @@ impl FromStr for SandboxStatus {
             .into_iter()
             .find(|status| status.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown status `{s}` (one of creating, ready, degraded, deleting, lost)")
+                format!(
+                    "unknown status `{s}` (one of creating, ready, degraded, deleting, lost, \
+                     paused)"
+                )
             })
     }
 }
@@ -187,6 +195,22 @@ pub struct SandboxRecord {
     pub last_active_at: i64,
     pub ended_at: Option<i64>,
     pub error: Option<String>,
+    /// When it was paused (`None` unless [`SandboxStatus::Paused`]).
+    pub paused_at: Option<i64>,
+    /// A call through the proxies resumes it when paused (instead of a 409).
+    pub auto_resume: bool,
+    /// Idle this long, it is paused by the reaper (`None`: never).
+    pub idle_pause_secs: Option<i64>,
+}
+
+/// A sandbox's clocks, as [`Store::set_timeouts`] writes them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeouts {
+    pub idle_timeout_secs: i64,
+    pub max_lifetime_secs: i64,
+    /// `created_at + max_lifetime_secs`.
+    pub expires_at: i64,
+    pub idle_pause_secs: Option<i64>,
 }
 
 /// An API key as stored: only its hash.
@@ -272,7 +296,8 @@ pub fn redact_url(url: &str) -> String {
 
 const SANDBOX_COLUMNS: &str = "id, owner_key_id, image, status, pooled, container_id, address, \
     api_key, resolution, env, metadata, idle_timeout_secs, max_lifetime_secs, created_at, \
-    ready_at, expires_at, last_active_at, ended_at, error, instance";
+    ready_at, expires_at, last_active_at, ended_at, error, instance, paused_at, auto_resume, \
+    idle_pause_secs";
 
 /// The schema's migrations, `orchestrator/migrations/NNNN_name.sql`, compiled in. Listed here
 /// rather than found by sqlx's `migrate!` macro, which would compile sqlx's SQLite and Postgres
@@ -303,6 +328,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "a2a credentials",
         include_str!("../migrations/0007_a2a_credentials.sql"),
     ),
+    (8, "pause", include_str!("../migrations/0008_pause.sql")),
 ];
 
 fn migrator() -> sqlx::migrate::Migrator {
@@ -495,7 +521,7 @@ impl Store {
         let sql = format!(
             "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20)"
+             $20, $21, $22, $23)"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&s.id)
@@ -518,6 +544,9 @@ impl Store {
             .bind(s.ended_at)
             .bind(&s.error)
             .bind(&s.instance)
+            .bind(s.paused_at)
+            .bind(s.auto_resume as i64)
+            .bind(s.idle_pause_secs)
             .execute(&self.writer)
             .await
             .map_err(query_error("insert sandbox"))?;
@@ -581,12 +610,12 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Counts a key's sandboxes that hold resources (creating, ready or degraded, not pool
-    /// members).
+    /// Counts a key's sandboxes that hold resources (creating, ready, degraded or paused: a
+    /// paused sandbox keeps its memory; not pool members).
     pub async fn count_live_sandboxes(&self, owner_key_id: &str) -> Result<i64> {
         let row = sqlx::query(
             "SELECT COUNT(*) FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready', 'degraded')",
+             AND status IN ('creating', 'ready', 'degraded', 'paused')",
         )
         .bind(owner_key_id)
         .fetch_one(&self.pool)
@@ -681,10 +710,11 @@ impl Store {
         let done = sqlx::query(
             "UPDATE sandboxes SET pooled = 0, owner_key_id = $1, metadata = $2, \
              idle_timeout_secs = $3, max_lifetime_secs = $4, created_at = $5, expires_at = $6, \
-             last_active_at = $7 WHERE id = $8 AND pooled = 1 AND status = 'ready' \
+             last_active_at = $7, auto_resume = $10, idle_pause_secs = $11 \
+             WHERE id = $8 AND pooled = 1 AND status = 'ready' \
              AND (CAST($9 AS BIGINT) IS NULL OR (SELECT COUNT(*) FROM sandboxes \
              WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready', 'degraded')) < CAST($9 AS BIGINT))",
+             AND status IN ('creating', 'ready', 'degraded', 'paused')) < CAST($9 AS BIGINT))",
         )
         .bind(&claimed.owner_key_id)
         .bind(to_json(&claimed.metadata))
@@ -695,6 +725,8 @@ impl Store {
         .bind(claimed.last_active_at)
         .bind(&claimed.id)
         .bind(limit)
+        .bind(claimed.auto_resume as i64)
+        .bind(claimed.idle_pause_secs)
         .execute(&mut *writer)
         .await
         .map_err(query_error("claim pooled sandbox"))?;
@@ -709,25 +741,48 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    pub async fn set_timeouts(
-        &self,
-        id: &str,
-        idle_timeout_secs: i64,
-        max_lifetime_secs: i64,
-        expires_at: i64,
-    ) -> Result<()> {
+    pub async fn set_timeouts(&self, id: &str, timeouts: &Timeouts) -> Result<()> {
         sqlx::query(
-            "UPDATE sandboxes SET idle_timeout_secs = $1, max_lifetime_secs = $2, expires_at = $3 \
-             WHERE id = $4",
+            "UPDATE sandboxes SET idle_timeout_secs = $1, max_lifetime_secs = $2, expires_at = $3, \
+             idle_pause_secs = $4 WHERE id = $5",
         )
-        .bind(idle_timeout_secs)
-        .bind(max_lifetime_secs)
-        .bind(expires_at)
+        .bind(timeouts.idle_timeout_secs)
+        .bind(timeouts.max_lifetime_secs)
+        .bind(timeouts.expires_at)
+        .bind(timeouts.idle_pause_secs)
         .bind(id)
         .execute(&self.writer)
         .await
         .map_err(query_error("set timeouts"))?;
         Ok(())
+    }
+
+    /// Marks a live sandbox paused at `at`; false when it was not live (nothing changed).
+    pub async fn mark_paused(&self, id: &str, at: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET status = 'paused', paused_at = $1 WHERE id = $2 \
+             AND status IN ('ready', 'degraded')",
+        )
+        .bind(at)
+        .bind(id)
+        .execute(&self.writer)
+        .await
+        .map_err(query_error("mark paused"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Marks a paused sandbox ready again, active at `at`; false when it was not paused.
+    pub async fn mark_resumed(&self, id: &str, at: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET status = 'ready', paused_at = NULL, error = NULL, \
+             last_active_at = $1 WHERE id = $2 AND status = 'paused'",
+        )
+        .bind(at)
+        .bind(id)
+        .execute(&self.writer)
+        .await
+        .map_err(query_error("mark resumed"))?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// Records the last activity (only ever moves forward).
@@ -954,6 +1009,9 @@ fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {
         last_active_at: get(row, "last_active_at")?,
         ended_at: get(row, "ended_at")?,
         error: get(row, "error")?,
+        paused_at: get(row, "paused_at")?,
+        auto_resume: get::<i64>(row, "auto_resume")? != 0,
+        idle_pause_secs: get(row, "idle_pause_secs")?,
     })
 }
 

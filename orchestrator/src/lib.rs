@@ -101,6 +101,7 @@ pub async fn serve(settings: Settings, mut signals: TerminationSignals) -> anyho
 
     let runs = runs::Runs::from_settings(&sandboxes);
     tokio::spawn(runs.clone().resume_forever());
+    tokio::spawn(runs.clone().report_sandbox_changes_forever());
     tokio::spawn(runs.clone().retain_forever());
 
     let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone()).with_runs(runs);

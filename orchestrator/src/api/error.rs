@@ -141,6 +141,11 @@ impl From<SandboxError> for ApiError {
                     format!("the sandbox did not become ready and was removed: {reason}"),
                 )
             },
+            SandboxError::Unresponsive(message) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "sandbox_unresponsive",
+                message,
+            ),
             SandboxError::Backend(BackendError::ImageMissing(image)) => ApiError::invalid(format!(
                 "invalid `image`: image {image} is not present on the server"
             )),

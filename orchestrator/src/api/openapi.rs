@@ -40,6 +40,49 @@ pub fn finish(document: &mut OpenApi) {
     agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
     document_busy_database(document);
     document_run_events(document);
+    // Bodies are read with `super::extract::ApiJson`, which takes an empty body as `{}`.
+    agentbox_http::openapi::optional_bodies_are_not_required(document);
+    document_sandbox_statuses(document);
+}
+
+/// A sandbox's `status` (the field and the list filter) is one of [`SandboxStatus::ALL`]'s
+/// names: listed from the one definition, not restated.
+fn document_sandbox_statuses(document: &mut OpenApi) {
+    use crate::db::SandboxStatus;
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::Schema;
+    let names: Vec<serde_json::Value> = SandboxStatus::ALL
+        .iter()
+        .map(|status| status.as_str().into())
+        .collect();
+    let with_names = |schema: &mut RefOr<Schema>| {
+        if let RefOr::T(Schema::Object(object)) = schema {
+            object.enum_values = Some(names.clone());
+        }
+    };
+    if let Some(RefOr::T(Schema::Object(sandbox))) = document
+        .components
+        .as_mut()
+        .and_then(|components| components.schemas.get_mut("Sandbox"))
+        && let Some(status) = sandbox.properties.get_mut("status")
+    {
+        with_names(status);
+    }
+    if let Some(operation) = document
+        .paths
+        .paths
+        .get_mut("/v1/sandboxes")
+        .and_then(|item| item.get.as_mut())
+    {
+        for parameter in operation.parameters.iter_mut().flatten() {
+            if let RefOr::T(parameter) = parameter
+                && parameter.name == "status"
+                && let Some(schema) = parameter.schema.as_mut()
+            {
+                with_names(schema);
+            }
+        }
+    }
 }
 
 /// Lists the shapes of a run's events (`RunEventData`, the agent's [`agent::RunEvent`], and

@@ -300,7 +300,8 @@ pub struct EventsQuery {
     /// `sse` (default) or `json` (one page).
     #[param(inline)]
     pub format: Option<EventsFormat>,
-    /// Page size for `json` (1 to 1000, default 500).
+    /// Page size for `json` (default 500).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 

@@ -1,4 +1,4 @@
-//! `/v1/sandboxes`: create, list, get, delete, change timeouts.
+//! `/v1/sandboxes`: create, list, get, delete, change timeouts, pause and resume.
 
 use axum::Extension;
 use axum::Json;
@@ -15,7 +15,7 @@ use super::types::{
 };
 use crate::auth::Caller;
 use crate::db::{SandboxRecord, SandboxStatus};
-use crate::sandboxes::CreateSpec;
+use crate::sandboxes::{CreateSpec, TimeoutChange};
 use agentbox_http::timestamp::rfc3339_from_unix_ms;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -23,6 +23,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(create, list))
         .routes(routes!(get, delete))
         .routes(routes!(set_timeout))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
 }
 
 /// The wire form of a sandbox.
@@ -50,6 +52,9 @@ pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
         resolution: record.resolution.clone(),
         metadata: record.metadata.clone(),
         error: record.error.clone(),
+        paused_at: record.paused_at.map(rfc3339_from_unix_ms),
+        auto_resume: record.auto_resume,
+        idle_pause_secs: record.idle_pause_secs,
         urls: SandboxUrls {
             api: format!("{base}/api"),
             vnc: format!("{base}/vnc/"),
@@ -80,6 +85,8 @@ pub async fn create(
         max_lifetime_secs: request.max_lifetime_secs,
         env: request.env.unwrap_or_default(),
         metadata: request.metadata.unwrap_or_default(),
+        auto_resume: request.auto_resume.unwrap_or(false),
+        idle_pause_secs: request.idle_pause_secs,
     };
     let (record, _) = state.sandboxes.create(&caller.key_id, spec).await?;
     Ok((StatusCode::CREATED, Json(to_wire(&state, &record))))
@@ -88,7 +95,7 @@ pub async fn create(
 /// Lists sandboxes: `?status=ready` and any number of `metadata.KEY=VALUE` filters.
 #[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes",
     params(
-        ("status" = Option<String>, Query, description = "creating, ready, degraded, deleting or lost"),
+        ("status" = Option<String>, Query, description = "creating, ready, degraded, paused, deleting or lost"),
         ("metadata.KEY" = Option<String>, Query, description = "only sandboxes whose metadata KEY has this value"),
     ),
     responses((status = 200, body = SandboxList), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -151,9 +158,52 @@ pub async fn set_timeout(
         .set_timeouts(
             &id,
             caller.owner(),
-            request.idle_timeout_secs,
-            request.max_lifetime_secs,
+            TimeoutChange {
+                idle_timeout_secs: request.idle_timeout_secs,
+                max_lifetime_secs: request.max_lifetime_secs,
+                idle_pause_secs: request.idle_pause_secs,
+            },
         )
         .await?;
+    Ok(Json(to_wire(&state, &record)))
+}
+
+/// Pauses the sandbox: every process is frozen (the cgroup freezer). It keeps its memory, its
+/// files, its processes and their open connections, and uses no CPU; its open viewers and
+/// relays are closed, and calls through `/api`, `/cdp` and `/vnc` answer 409 naming the state
+/// (or resume it, with `auto_resume`). Its idle and lifetime clocks keep running. Refused (409)
+/// while a run drives it (queued or running: take the run over first); a run that waits for an
+/// answer or is held by a person may have its sandbox paused, and is resumed when it acts
+/// again.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 200, body = Sandbox), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "not ready or degraded (already paused, still being created, lost), or a run drives it", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn pause(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    let record = state.sandboxes.pause(&id, caller.owner()).await?;
+    Ok(Json(to_wire(&state, &record)))
+}
+
+/// Resumes a paused sandbox: its processes go on where they were (a page's scripts, a shell's
+/// commands); answers once its sandboxd answers again. Connections a peer timed out while it
+/// was frozen are gone; open viewers must connect again.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 200, body = Sandbox), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "the sandbox is not paused, or its container is gone (it is then lost)", body = ErrorBody),
+        (status = 503, description = "resumed, but sandboxd did not answer in time", body = ErrorBody)))]
+pub async fn resume(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    let record = state.sandboxes.resume(&id, caller.owner()).await?;
     Ok(Json(to_wire(&state, &record)))
 }

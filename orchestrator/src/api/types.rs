@@ -37,6 +37,14 @@ pub struct CreateSandboxRequest {
     pub env: Option<BTreeMap<String, String>>,
     /// Labels for your own bookkeeping; `GET /v1/sandboxes?metadata.KEY=VALUE` filters on them.
     pub metadata: Option<BTreeMap<String, String>>,
+    /// When paused, a call through `/api`, `/cdp` or `/vnc` resumes the sandbox first instead
+    /// of answering 409 (default false).
+    pub auto_resume: Option<bool>,
+    /// Seconds without activity before the sandbox is paused (frozen, its memory kept) until
+    /// something resumes it; 0: never. Default: the server's `--idle-pause-secs` (0 unless
+    /// set). Paused or not, it is removed after `idle_timeout_secs` without activity.
+    #[schema(minimum = 0)]
+    pub idle_pause_secs: Option<i64>,
 }
 
 /// Where to reach a sandbox through the orchestrator.
@@ -55,7 +63,8 @@ pub struct SandboxUrls {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Sandbox {
     pub id: String,
-    /// `creating`, `ready`, `deleting` or `lost`.
+    /// `creating`, `ready`, `degraded` (running, a required program not ready: see `error`),
+    /// `paused` (frozen: resume it with `POST /v1/sandboxes/{id}/resume`), `deleting` or `lost`.
     pub status: String,
     pub image: String,
     pub created_at: String,
@@ -67,8 +76,14 @@ pub struct Sandbox {
     pub max_lifetime_secs: i64,
     pub resolution: Option<String>,
     pub metadata: BTreeMap<String, String>,
-    /// Why the sandbox is `lost`.
+    /// Why the sandbox is `lost` or `degraded`.
     pub error: Option<String>,
+    /// When it was paused (while `paused`).
+    pub paused_at: Option<String>,
+    /// A call through the proxies resumes it when paused.
+    pub auto_resume: bool,
+    /// Idle this long, it is paused (`null`: never).
+    pub idle_pause_secs: Option<i64>,
     pub urls: SandboxUrls,
 }
 
@@ -89,6 +104,9 @@ pub struct SetTimeoutRequest {
     /// New absolute lifetime, counted from creation (at most the server's lifetime cap).
     #[schema(minimum = 1)]
     pub max_lifetime_secs: Option<i64>,
+    /// Seconds without activity before the sandbox is paused; 0: never.
+    #[schema(minimum = 0)]
+    pub idle_pause_secs: Option<i64>,
 }
 
 /// `POST /v1/sandboxes/{id}/tokens`.

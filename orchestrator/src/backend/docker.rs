@@ -64,6 +64,14 @@ fn failed(step: &'static str) -> impl FnOnce(bollard::errors::Error) -> BackendE
     }
 }
 
+/// A container that is missing or labelled as another instance's: left alone.
+fn not_ours(container_id: &str, step: &'static str) -> BackendError {
+    BackendError::Failed {
+        step,
+        message: format!("container {container_id} is not one of this orchestrator's containers"),
+    }
+}
+
 impl DockerBackend {
     /// Connects to the engine named by `DOCKER_HOST` (`unix://` or `tcp://`; the local socket
     /// when unset) and negotiates the API version, so older engines (20.10 speaks 1.41) work.
@@ -314,6 +322,10 @@ impl Backend for DockerBackend {
                         ),
                     });
                 }
+                if container.state.and_then(|s| s.paused).unwrap_or(false) {
+                    // Thawed first, so the removal's stop is not held up by frozen processes.
+                    let _ = self.docker.unpause_container(container_id).await;
+                }
                 labels.get(LABEL_NETWORK).cloned()
             }
             Err(e) if is_not_found(&e) => return Ok(()),
@@ -345,6 +357,34 @@ impl Backend for DockerBackend {
         Ok(())
     }
 
+    async fn pause(&self, container_id: &str) -> Result<(), BackendError> {
+        match self.inspect(container_id).await? {
+            None => Err(not_ours(container_id, "pausing the container")),
+            Some(info) if info.paused => Ok(()),
+            Some(info) if !info.running => Err(BackendError::Failed {
+                step: "pausing the container",
+                message: format!("container {container_id} is not running"),
+            }),
+            Some(_) => self
+                .docker
+                .pause_container(container_id)
+                .await
+                .map_err(failed("pausing the container")),
+        }
+    }
+
+    async fn resume(&self, container_id: &str) -> Result<(), BackendError> {
+        match self.inspect(container_id).await? {
+            None => Err(not_ours(container_id, "resuming the container")),
+            Some(info) if !info.paused => Ok(()),
+            Some(_) => self
+                .docker
+                .unpause_container(container_id)
+                .await
+                .map_err(failed("resuming the container")),
+        }
+    }
+
     async fn collect_garbage(&self) -> Result<(), BackendError> {
         self.networks.sweep().await
     }
@@ -371,7 +411,9 @@ impl Backend for DockerBackend {
             .filter_map(|c| {
                 let container_id = c.id?;
                 let labels = c.labels.unwrap_or_default();
-                let running = c.state.map(|s| s.to_string() == "running").unwrap_or(false);
+                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+                let paused = state == "paused";
+                let running = state == "running" || paused;
                 let address = Self::address_in(
                     c.network_settings.and_then(|n| n.networks),
                     labels.get(LABEL_NETWORK),
@@ -380,6 +422,7 @@ impl Backend for DockerBackend {
                     container_id,
                     sandbox_id: labels.get(LABEL_SANDBOX_ID).cloned(),
                     running,
+                    paused,
                     address,
                 })
             })
@@ -396,7 +439,8 @@ impl Backend for DockerBackend {
         if labels.get(LABEL_INSTANCE) != Some(&self.instance) {
             return Ok(None);
         }
-        let running = c.state.and_then(|s| s.running).unwrap_or(false);
+        let running = c.state.as_ref().and_then(|s| s.running).unwrap_or(false);
+        let paused = c.state.as_ref().and_then(|s| s.paused).unwrap_or(false);
         let address = Self::address_in(
             c.network_settings.and_then(|n| n.networks),
             labels.get(LABEL_NETWORK),
@@ -405,6 +449,7 @@ impl Backend for DockerBackend {
             container_id: c.id.unwrap_or_else(|| container_id.to_string()),
             sandbox_id: labels.get(LABEL_SANDBOX_ID).cloned(),
             running,
+            paused,
             address,
         }))
     }

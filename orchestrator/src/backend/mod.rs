@@ -61,7 +61,10 @@ pub struct Started {
 pub struct ContainerInfo {
     pub container_id: String,
     pub sandbox_id: Option<String>,
+    /// Its processes exist (running, or frozen when `paused`).
     pub running: bool,
+    /// Frozen by [`Backend::pause`].
+    pub paused: bool,
     pub address: Option<String>,
 }
 
@@ -95,7 +98,13 @@ pub trait Backend: Send + Sync {
     /// On failure nothing is left behind.
     async fn start(&self, spec: &ContainerSpec) -> Result<Started, BackendError>;
     /// Removes a container and its anonymous volumes; a missing container is not an error.
+    /// A paused container is removed too.
     async fn remove(&self, container_id: &str) -> Result<(), BackendError>;
+    /// Freezes every process of a running container (the cgroup freezer): no CPU, memory and
+    /// open connections kept. Pausing a paused container is not an error.
+    async fn pause(&self, container_id: &str) -> Result<(), BackendError>;
+    /// Thaws a paused container. Resuming a running container is not an error.
+    async fn resume(&self, container_id: &str) -> Result<(), BackendError>;
     /// This instance's containers, running or not.
     async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError>;
     /// One container, `None` when it does not exist.

@@ -305,6 +305,9 @@ pub(super) fn format_event(event: &RunEvent) -> String {
             }
             (None, line)
         }
+        Some(
+            E::SandboxPaused { sandbox_id, reason } | E::SandboxResumed { sandbox_id, reason },
+        ) => (None, format!("{sandbox_id}: {reason}")),
         Some(E::Error {
             step,
             kind,

@@ -294,6 +294,27 @@ impl Store {
         Ok(usize::try_from(count).unwrap_or(0))
     }
 
+    /// The run that holds a sandbox (at most one is active per sandbox): its id and status.
+    pub async fn active_run_on(&self, sandbox_id: &str) -> Result<Option<(String, RunStatus)>> {
+        let sql = format!(
+            "SELECT id, status FROM runs WHERE sandbox_id = $1 AND status NOT IN {TERMINAL}"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(sandbox_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("active run on a sandbox"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let status: String = get(&row, "status")?;
+        let status = status.parse().map_err(|message| StoreError::Corrupt {
+            what: "runs.status",
+            message,
+        })?;
+        Ok(Some((get(&row, "id")?, status)))
+    }
+
     /// Records the sandbox a queued run took. Fails (`Ok(false)`) when the sandbox has another
     /// active run or the run is no longer the lease holder's.
     pub async fn set_run_sandbox(

@@ -155,7 +155,7 @@ async fn drive(
 
     // The sandbox: named, recorded before a restart, or taken now.
     let sandbox = match &run.sandbox_id {
-        Some(id) => match runs.sandboxes.get_ready(id, None).await {
+        Some(id) => match runs.sandboxes.get_awake(id, None).await {
             Ok(record) => record,
             Err(error) => {
                 return fail(

@@ -26,6 +26,7 @@ pub mod conformance;
 pub mod connect;
 pub mod credentials;
 pub mod driver;
+pub mod paused;
 pub mod remote;
 pub mod sink;
 
@@ -347,10 +348,13 @@ impl Runs {
             validate::idempotency_key(key)?;
         }
         if let Some(sandbox_id) = &request.sandbox_id {
-            // Visible to the caller and running.
-            self.sandboxes
-                .get_ready(sandbox_id, Some(owner_key_id))
-                .await?;
+            // Visible to the caller and running, or paused (the driver resumes it).
+            let sandbox = self.sandboxes.get(sandbox_id, Some(owner_key_id)).await?;
+            if sandbox.status != crate::db::SandboxStatus::Paused {
+                self.sandboxes
+                    .get_ready(sandbox_id, Some(owner_key_id))
+                    .await?;
+            }
         }
         let now = self.clock.now_ms();
         let hash = request.hash();
@@ -619,6 +623,7 @@ impl Runs {
             )));
         }
         let active = self.started(id, owner).await?;
+        self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.take_over().await)?;
         self.get(id, owner).await
     }
@@ -631,6 +636,7 @@ impl Runs {
         note: Option<String>,
     ) -> Result<RunRecord, RunError> {
         let active = self.started(id, owner).await?;
+        self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.hand_back(note).await)?;
         self.get(id, owner).await
     }
@@ -656,6 +662,7 @@ impl Runs {
     ) -> Result<RunRecord, RunError> {
         validate::run_text("text", &text)?;
         let active = self.started(id, owner).await?;
+        self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.answer_with_id(text, message_id).await)?;
         self.get(id, owner).await
     }

@@ -698,3 +698,72 @@ async fn input_files_are_in_the_sandbox_before_the_agent_starts_and_bad_ones_mak
             .any(|k| k.contains("artifact"))
     );
 }
+
+#[tokio::test]
+async fn a_waiting_runs_sandbox_may_be_paused_and_the_run_resumes_it_when_it_acts_again() {
+    let f = Fixture::new(LONG_LEASE).await;
+    let runs = f.process();
+    tokio::spawn(runs.clone().report_sandbox_changes_forever());
+    let (sandbox, fake) = f.sandbox().await;
+    let keys = ["a", "b", "c", "d"];
+    let mut steps = presses(&keys);
+    steps.push(final_step("done"));
+    let mut held = fake.hold_next_action();
+    let run = f
+        .start(&runs, &f.script("paused", json!(steps)), Some(&sandbox.id))
+        .await;
+    held.reached().await;
+
+    // The agent drives: its computer may not be frozen under it.
+    let refused = f.h.sandboxes.pause(&sandbox.id, Some(OWNER)).await;
+    let Err(crate::sandboxes::SandboxError::Conflict(message)) = refused else {
+        panic!("expected a conflict, got {refused:?}");
+    };
+    assert!(
+        message.contains(&run.id) && message.contains("running"),
+        "{message}"
+    );
+    assert!(!f.h.platform.container_of(&sandbox.id).unwrap().paused);
+
+    // Held by a person, the run waits: its sandbox may be paused, and the log says so.
+    let take_over = tokio::spawn({
+        let runs = runs.clone();
+        let id = run.id.clone();
+        async move { runs.take_over(&id, Some(OWNER)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    held.release();
+    take_over.await.unwrap().expect("the takeover");
+    f.h.sandboxes.pause(&sandbox.id, Some(OWNER)).await.unwrap();
+    eventually("the pause in the run's log", async || {
+        kinds(&f.events(&run.id).await).last().map(String::as_str) == Some("sandbox.paused")
+    })
+    .await;
+    let at_pause = fake.actions().len();
+
+    // The hand-back resumes the sandbox before the agent acts again.
+    runs.hand_back(&run.id, Some(OWNER), None)
+        .await
+        .expect("the hand-back");
+    assert!(!f.h.platform.container_of(&sandbox.id).unwrap().paused);
+    assert_eq!(
+        f.h.row(&sandbox.id).await.unwrap().status,
+        crate::db::SandboxStatus::Ready
+    );
+    f.wait_for_status(&run.id, RunStatus::Completed).await;
+    wait_until_not_driven(&runs, &run.id).await;
+
+    let events = f.events(&run.id).await;
+    check_log(&events);
+    let kinds = kinds(&events);
+    let paused = kinds.iter().position(|k| k == "sandbox.paused").unwrap();
+    let resumed = kinds.iter().position(|k| k == "sandbox.resumed").unwrap();
+    let returned = kinds.iter().position(|k| k == "control.returned").unwrap();
+    assert!(paused < resumed && resumed < returned, "{kinds:?}");
+    assert!(
+        !kinds[paused..resumed].iter().any(|k| k == "action.started"),
+        "{kinds:?}"
+    );
+    assert!(fake.actions().len() > at_pause);
+    assert_eq!(pressed(&fake), keys);
+}

@@ -1,5 +1,5 @@
 //! The sandbox lifecycle: create (cold or from the warm pool), wait until ready, list, change
-//! timeouts, delete; viewer tokens; and the background work that keeps state and containers in
+//! timeouts, [`pause`] and resume, delete; viewer tokens; and the background work that keeps state and containers in
 //! step: [`reconcile`] at start, [`reaper`] (idle and lifetime limits, heartbeats) while
 //! running, [`pool`] (ready containers waiting to be claimed).
 //!
@@ -22,6 +22,7 @@
 //! does ([`crate::sessions`]).
 
 pub mod activity;
+pub mod pause;
 pub mod pool;
 pub mod reaper;
 pub mod reconcile;
@@ -29,6 +30,8 @@ pub mod sandboxd;
 
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod pause_tests;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -45,6 +48,8 @@ use crate::sessions::Sessions;
 use crate::tokens::{Claims, Scope, TokenError, TokenSigner};
 use crate::validate::{self, SANDBOX_METADATA, invalid};
 use activity::ActivityTracker;
+use pause::idle_pause;
+pub use pause::{LifecycleChange, Why};
 use pool::Pool;
 use sandboxd::{SandboxProbe, SandboxdClient};
 
@@ -75,6 +80,9 @@ pub enum SandboxError {
     Conflict(String),
     #[error("the sandbox did not become ready: {reason}")]
     NotReady { reason: String, logs: String },
+    /// Resumed, but its sandboxd does not answer (it stays, as it is).
+    #[error("{0}")]
+    Unresponsive(String),
     #[error(
         "this API key already has {live} sandboxes running (the limit is {limit}): delete one first"
     )]
@@ -96,6 +104,19 @@ pub struct CreateSpec {
     pub max_lifetime_secs: Option<i64>,
     pub env: BTreeMap<String, String>,
     pub metadata: BTreeMap<String, String>,
+    /// A call through the proxies resumes the sandbox when it is paused.
+    pub auto_resume: bool,
+    /// Idle this long, the reaper pauses it (`None`: the server's default; 0: never).
+    pub idle_pause_secs: Option<i64>,
+}
+
+/// What `POST /v1/sandboxes/{id}/timeout` changes (`None`: unchanged).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TimeoutChange {
+    pub idle_timeout_secs: Option<i64>,
+    pub max_lifetime_secs: Option<i64>,
+    /// 0: never pause it when idle.
+    pub idle_pause_secs: Option<i64>,
 }
 
 /// How a sandbox was obtained.
@@ -160,6 +181,10 @@ pub struct Sandboxes {
     /// Held from counting a key's sandboxes to recording the new one, so two creates cannot
     /// both pass the quota with one place left.
     quota: tokio::sync::Mutex<()>,
+    /// Per sandbox: the lock its pauses and resumes take turns on.
+    transitions: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Pauses and resumes, for the runs' event logs.
+    lifecycle: tokio::sync::broadcast::Sender<LifecycleChange>,
 }
 
 /// Removes a sandbox id from the `deleting` set when dropped, however the removal ended.
@@ -245,6 +270,8 @@ impl Sandboxes {
             starts,
             control_gates: Mutex::new(std::collections::HashMap::new()),
             quota: tokio::sync::Mutex::new(()),
+            transitions: Mutex::new(std::collections::HashMap::new()),
+            lifecycle: tokio::sync::broadcast::Sender::new(64),
         })
     }
 
@@ -313,7 +340,10 @@ impl Sandboxes {
     }
 
     /// Checks a request and fills in defaults; returns (image, idle, lifetime).
-    fn validate(&self, spec: &CreateSpec) -> Result<(String, i64, i64), validate::Invalid> {
+    fn validate(
+        &self,
+        spec: &CreateSpec,
+    ) -> Result<(String, i64, i64, Option<i64>), validate::Invalid> {
         let settings = &self.settings;
         let image = validate::image(
             spec.image.as_deref(),
@@ -334,9 +364,10 @@ impl Sandboxes {
             spec.max_lifetime_secs.unwrap_or(settings.max_lifetime_secs),
             1..=cap,
         )?;
+        let idle_pause = idle_pause(spec.idle_pause_secs, settings.idle_pause_secs, cap)?;
         validate::env(&spec.env)?;
         validate::metadata(&spec.metadata, SANDBOX_METADATA)?;
-        Ok((image, idle, lifetime))
+        Ok((image, idle, lifetime, idle_pause))
     }
 
     /// Creates a sandbox for `owner` and returns it once ready. Takes a ready one from the warm
@@ -360,7 +391,7 @@ impl Sandboxes {
         owner_key_id: &str,
         spec: CreateSpec,
     ) -> Result<(SandboxRecord, Source), SandboxError> {
-        let (image, idle, lifetime) = self.validate(&spec)?;
+        let (image, idle, lifetime, idle_pause) = self.validate(&spec)?;
         let started = Instant::now();
         let quota = self.quota.lock().await;
         let quota_wait = started.elapsed();
@@ -388,6 +419,9 @@ impl Sandboxes {
                 last_active_at: now,
                 ended_at: None,
                 error: None,
+                paused_at: None,
+                auto_resume: spec.auto_resume,
+                idle_pause_secs: idle_pause,
             };
             // The quota is counted by the claim's write itself (one round trip).
             let limit = (limit > 0).then_some(limit);
@@ -439,6 +473,9 @@ impl Sandboxes {
             last_active_at: now,
             ended_at: None,
             error: None,
+            paused_at: None,
+            auto_resume: spec.auto_resume,
+            idle_pause_secs: idle_pause,
         };
         self.store.insert_sandbox(&record).await?;
         drop(quota);
@@ -592,19 +629,13 @@ impl Sandboxes {
     }
 
     /// One sandbox that is ready (for the proxies): not found, or a conflict naming its state.
+    /// A paused sandbox created with `auto_resume` is resumed first.
     pub async fn get_ready(
         &self,
         id: &str,
         owner: Option<&str>,
     ) -> Result<SandboxRecord, SandboxError> {
-        let record = self.get(id, owner).await?;
-        if !record.status.is_live() || record.address.is_none() {
-            return Err(SandboxError::Conflict(format!(
-                "sandbox {id} is {}, not ready",
-                record.status.as_str()
-            )));
-        }
-        Ok(record)
+        self.ready_or_resume(id, owner, Why::AutoResume).await
     }
 
     /// Sandboxes matching the filter and every metadata pair.
@@ -625,16 +656,25 @@ impl Sandboxes {
         Ok(records)
     }
 
-    /// Changes the idle timeout and/or the lifetime (counted from creation).
+    /// Changes the idle timeout, the idle pause and/or the lifetime (counted from creation).
     pub async fn set_timeouts(
         &self,
         id: &str,
         owner: Option<&str>,
-        idle_timeout_secs: Option<i64>,
-        max_lifetime_secs: Option<i64>,
+        change: TimeoutChange,
     ) -> Result<SandboxRecord, SandboxError> {
+        let TimeoutChange {
+            idle_timeout_secs,
+            max_lifetime_secs,
+            idle_pause_secs,
+        } = change;
         let mut record = self.get(id, owner).await?;
-        if !record.status.is_live() && record.status != SandboxStatus::Creating {
+        if !record.status.is_live()
+            && !matches!(
+                record.status,
+                SandboxStatus::Creating | SandboxStatus::Paused
+            )
+        {
             return Err(SandboxError::Conflict(format!(
                 "sandbox {id} is {}",
                 record.status.as_str()
@@ -657,12 +697,18 @@ impl Sandboxes {
             record.max_lifetime_secs = lifetime;
             record.expires_at = expires_at;
         }
+        if idle_pause_secs.is_some() {
+            record.idle_pause_secs = idle_pause(idle_pause_secs, None, cap)?;
+        }
         self.store
             .set_timeouts(
                 id,
-                record.idle_timeout_secs,
-                record.max_lifetime_secs,
-                record.expires_at,
+                &crate::db::Timeouts {
+                    idle_timeout_secs: record.idle_timeout_secs,
+                    max_lifetime_secs: record.max_lifetime_secs,
+                    expires_at: record.expires_at,
+                    idle_pause_secs: record.idle_pause_secs,
+                },
             )
             .await?;
         self.activity.touch(id);
@@ -743,6 +789,7 @@ impl Sandboxes {
             Ok(removed) => {
                 self.activity.forget(&record.id);
                 self.pool.forget(&record.id);
+                self.forget_transitions(&record.id);
                 if let Ok(mut gates) = self.control_gates.lock() {
                     gates.remove(&record.id);
                 }

@@ -228,6 +228,9 @@ impl Sandboxes {
             last_active_at: now,
             ended_at: None,
             error: None,
+            paused_at: None,
+            auto_resume: false,
+            idle_pause_secs: self.settings.idle_pause_secs,
         };
         self.start(record).await
     }

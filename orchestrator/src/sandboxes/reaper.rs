@@ -1,14 +1,16 @@
 //! Background upkeep while the server runs:
 //!
 //! - the **reaper** (every `--reaper-interval-ms`) removes sandboxes past their absolute
-//!   lifetime or idle longer than their idle timeout, retries failed deletions, and drops the
+//!   lifetime or idle longer than their idle timeout (paused or not), pauses those idle for
+//!   their `idle_pause_secs`, retries failed deletions, and drops the
 //!   records of lost sandboxes after the retention period; once a minute it has the platform
 //!   remove what gone containers left behind (their networks);
 //! - the **heartbeat** (every `--heartbeat-secs`) calls `GET /v1/activity` on every live
 //!   sandbox, which keeps its dead-man switch from firing; work in flight inside the sandbox
 //!   (running commands, open terminals) counts as activity; sandboxd's readiness moves the
 //!   sandbox between `ready` and `degraded`; a sandbox that does not answer and whose container
-//!   is gone is marked lost (or, for a pool member, removed) at once, ending its sessions;
+//!   is gone is marked lost (or, for a pool member, removed) at once, ending its sessions; of a
+//!   paused sandbox only the container is looked at (its sandboxd is frozen);
 //! - the **session sweeper** (every second) re-checks the authority of every open proxied
 //!   session in the database, so a key, token or sandbox ended by another instance sharing the
 //!   database ends this instance's sessions too.
@@ -186,6 +188,7 @@ impl Sandboxes {
         let now = self.clock.now_ms();
         let mut live = 0;
         let mut removals = Vec::new();
+        let mut pauses = Vec::new();
         for record in records {
             match record.status {
                 SandboxStatus::Ready | SandboxStatus::Degraded => {
@@ -194,6 +197,14 @@ impl Sandboxes {
                     }
                     if let Some(reason) = self.end_reason(&record, now) {
                         tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "reaping sandbox");
+                        removals.push((record, reason));
+                    } else if self.idle_pause_due(&record, now) {
+                        pauses.push(record);
+                    }
+                }
+                SandboxStatus::Paused => {
+                    if let Some(reason) = self.paused_end_reason(&record, now) {
+                        tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "reaping paused sandbox");
                         removals.push((record, reason));
                     }
                 }
@@ -214,6 +225,14 @@ impl Sandboxes {
                 .map(|(record, reason)| self.remove(record, *reason)),
         )
         .await;
+        for record in pauses {
+            let id = record.id.clone();
+            // A run that drives it, or a change meanwhile, refuses the pause: tried again on
+            // the next pass while it stays idle.
+            if let Err(error) = self.pause_record(record, super::Why::Idle).await {
+                tracing::debug!(sandbox_id = %id, %error, "idle sandbox not paused");
+            }
+        }
         Ok(())
     }
 
@@ -229,6 +248,11 @@ impl Sandboxes {
                 .await?,
         );
         join_all(records.iter().map(|record| self.heartbeat(record))).await;
+        let paused = self
+            .store
+            .list_sandboxes(&self.mine(Some(SandboxStatus::Paused)))
+            .await?;
+        join_all(paused.iter().map(|record| self.check_paused(record))).await;
         let _ = self
             .store
             .purge_expired_tokens(self.clock.now_ms() - 3600 * 1000)

@@ -2,7 +2,8 @@
 //! restart.
 //!
 //! - a running container of ours with a ready, unexpired record is **adopted** (pool members go
-//!   back into the pool);
+//!   back into the pool); a paused one is adopted as paused, and a paused record whose
+//!   container runs again becomes ready (the row follows what the container is);
 //! - a container of ours with no record, or whose record expired, was still being created, or
 //!   is being deleted, is **removed**;
 //! - a ready record whose container vanished is marked **lost**; a record that was still being
@@ -57,8 +58,37 @@ impl Sandboxes {
         for mut record in records {
             let container = by_sandbox.remove(&record.id);
             match (record.status, container) {
+                // Frozen or thawed behind the lifecycle's back (or a pause whose row was not
+                // written): the row follows the container.
                 (SandboxStatus::Ready | SandboxStatus::Degraded, Some(container))
-                    if container.running && (record.pooled || record.expires_at > now) =>
+                    if container.paused && !record.pooled && record.expires_at > now =>
+                {
+                    self.store.mark_paused(&record.id, now).await?;
+                    tracing::info!(sandbox_id = %record.id, "adopted a paused sandbox (its container was paused)");
+                    report.adopted += 1;
+                }
+                (SandboxStatus::Paused, Some(container))
+                    if container.running && record.expires_at > now =>
+                {
+                    if !container.paused {
+                        self.store.mark_resumed(&record.id, now).await?;
+                    }
+                    self.activity.seed(&record.id, record.last_active_at);
+                    tracing::info!(sandbox_id = %record.id, paused = container.paused, "adopted a paused sandbox");
+                    report.adopted += 1;
+                }
+                (SandboxStatus::Paused, None) => {
+                    self.mark_lost(
+                        &record,
+                        "the container vanished while the orchestrator was down",
+                    )
+                    .await;
+                    report.lost += 1;
+                }
+                (SandboxStatus::Ready | SandboxStatus::Degraded, Some(container))
+                    if container.running
+                        && !container.paused
+                        && (record.pooled || record.expires_at > now) =>
                 {
                     if let Some(address) = &container.address
                         && record.address.as_ref() != Some(address)

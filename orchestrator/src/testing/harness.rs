@@ -110,6 +110,9 @@ impl Harness {
             last_active_at: now,
             ended_at: None,
             error: None,
+            paused_at: None,
+            auto_resume: false,
+            idle_pause_secs: None,
         }
     }
 
@@ -183,8 +186,8 @@ impl Harness {
     }
 
     /// The "nothing leaks" invariant, checked when no lifecycle work is in flight: every
-    /// container of this instance belongs to a live row that names it, and every live row has
-    /// its container; no row is left creating or deleting; a lost row has no container; the
+    /// container of this instance belongs to a live or paused row that names it (paused exactly
+    /// when the row is), and every live or paused row has its container; no row is left creating or deleting; a lost row has no container; the
     /// warm pool's queue holds exactly the live pool members; nothing in memory (activity
     /// clocks, deletions in progress) outlives its row. Returns what is wrong.
     pub(crate) async fn leaks(&self) -> Vec<String> {
@@ -205,12 +208,27 @@ impl Harness {
                     "container {} (sandbox {:?}) has no row",
                     container.container_id, container.sandbox_id
                 )),
-                Some(row) if !row.status.is_live() => leaks.push(format!(
-                    "container {} belongs to sandbox {}, which is {}",
-                    container.container_id,
-                    row.id,
-                    row.status.as_str()
-                )),
+                Some(row) if !row.status.is_live() && row.status != SandboxStatus::Paused => leaks
+                    .push(format!(
+                        "container {} belongs to sandbox {}, which is {}",
+                        container.container_id,
+                        row.id,
+                        row.status.as_str()
+                    )),
+                Some(row) if row.status == SandboxStatus::Paused && !container.paused => {
+                    leaks.push(format!(
+                        "sandbox {} is paused but its container {} is not",
+                        row.id, container.container_id
+                    ));
+                }
+                Some(row) if row.status != SandboxStatus::Paused && container.paused => {
+                    leaks.push(format!(
+                        "container {} is paused but its sandbox {} is {}",
+                        container.container_id,
+                        row.id,
+                        row.status.as_str()
+                    ));
+                }
                 Some(_) => {}
             }
         }
@@ -227,7 +245,9 @@ impl Harness {
                         row.status.as_str()
                     ));
                 }
-                SandboxStatus::Ready | SandboxStatus::Degraded if container.is_none() => {
+                SandboxStatus::Ready | SandboxStatus::Degraded | SandboxStatus::Paused
+                    if container.is_none() =>
+                {
                     leaks.push(format!(
                         "sandbox {} is {} without a container",
                         row.id,
@@ -253,7 +273,7 @@ impl Harness {
         }
         let live: BTreeSet<&str> = rows
             .iter()
-            .filter(|r| r.status.is_live())
+            .filter(|r| r.status.is_live() || r.status == SandboxStatus::Paused)
             .map(|r| r.id.as_str())
             .collect();
         for id in self.sandboxes.activity.tracked() {

@@ -34,6 +34,8 @@ pub(crate) enum Step {
     Ready,
     /// sandboxd's `/v1/activity` (the heartbeat).
     Activity,
+    Pause,
+    Resume,
 }
 
 /// One container as the fake platform holds it.
@@ -43,6 +45,8 @@ pub(crate) struct FakeContainer {
     pub(crate) sandbox_id: Option<String>,
     pub(crate) instance: String,
     pub(crate) running: bool,
+    /// Frozen: its sandboxd answers nothing until resumed.
+    pub(crate) paused: bool,
     pub(crate) address: String,
     /// The key its sandboxd accepts.
     pub(crate) api_key: String,
@@ -178,6 +182,12 @@ impl FakePlatform {
         self.update(sandbox_id, |c| c.running = false);
     }
 
+    /// The container of a sandbox is frozen or thawed behind the lifecycle's back (someone ran
+    /// `docker pause`, or a pause was made and its record lost).
+    pub(crate) fn set_paused(&self, sandbox_id: &str, paused: bool) {
+        self.update(sandbox_id, |c| c.paused = paused);
+    }
+
     /// The container of a sandbox disappears (it exited and `auto_remove` deleted it, or
     /// someone removed it by hand).
     pub(crate) fn vanish(&self, sandbox_id: &str) {
@@ -221,6 +231,7 @@ impl FakePlatform {
             sandbox_id: sandbox_id.map(str::to_owned),
             instance: instance.to_string(),
             running: true,
+            paused: false,
             address: format!("10.88.{}.{}", n / 250, n % 250 + 2),
             api_key: api_key.to_string(),
             not_ready: state.boot_not_ready.clone(),
@@ -281,7 +292,38 @@ impl FakePlatform {
             container_id: container.container_id.clone(),
             sandbox_id: container.sandbox_id.clone(),
             running: container.running,
+            paused: container.paused,
             address: container.running.then(|| container.address.clone()),
+        }
+    }
+
+    /// Pauses (`frozen`) or resumes one of this instance's running containers.
+    async fn freeze(
+        &self,
+        step: Step,
+        container_id: &str,
+        frozen: bool,
+    ) -> Result<(), BackendError> {
+        let what = if frozen {
+            "pausing the container"
+        } else {
+            "resuming the container"
+        };
+        self.step(step).await.map_err(|m| failed(what, m))?;
+        let mut state = self.state();
+        match state.containers.get_mut(container_id) {
+            Some(c) if c.instance == self.instance && c.running => {
+                c.paused = frozen;
+                Ok(())
+            }
+            Some(c) if c.instance == self.instance => Err(failed(
+                what,
+                format!("container {container_id} is not running"),
+            )),
+            _ => Err(failed(
+                what,
+                format!("container {container_id} is not one of this orchestrator's containers"),
+            )),
         }
     }
 
@@ -297,7 +339,7 @@ impl FakePlatform {
         let container = state
             .containers
             .values()
-            .find(|c| c.address == address && c.running)
+            .find(|c| c.address == address && c.running && !c.paused)
             .ok_or_else(|| no_answer(operation, address))?;
         Ok((container.api_key == key).then(|| container.clone()))
     }
@@ -370,6 +412,14 @@ impl Backend for FakePlatform {
                 Ok(())
             }
         }
+    }
+
+    async fn pause(&self, container_id: &str) -> Result<(), BackendError> {
+        self.freeze(Step::Pause, container_id, true).await
+    }
+
+    async fn resume(&self, container_id: &str) -> Result<(), BackendError> {
+        self.freeze(Step::Resume, container_id, false).await
     }
 
     async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError> {

@@ -91,6 +91,9 @@ impl Console {
                 last_active_at: now,
                 ended_at: None,
                 error: None,
+                paused_at: None,
+                auto_resume: false,
+                idle_pause_secs: None,
             })
             .await
             .expect("a sandbox row");

@@ -23,6 +23,56 @@ fn the_document_has_no_dangling_reference_or_misplaced_parameter() -> anyhow::Re
     Ok(())
 }
 
+/// The orchestrator reads an empty body as `{}`, so a body whose every field is optional is
+/// documented as optional (issue 27: four were marked required).
+#[test]
+fn bodies_that_may_be_left_out_are_not_required() -> anyhow::Result<()> {
+    let document = serde_json::to_value(orchestrator::api::openapi_document())?;
+    let problems = agentbox_tests::openapi_lint::required_bodies_without_required_fields(&document);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    Ok(())
+}
+
+/// A sandbox's statuses are the same words in the code, the document (the field and the list
+/// filter) and the README (issue 27: the README listed a `stopped` the filter refused).
+#[test]
+fn sandbox_statuses_are_the_same_everywhere() -> anyhow::Result<()> {
+    let names: Vec<&str> = orchestrator::db::SandboxStatus::ALL
+        .iter()
+        .map(|status| status.as_str())
+        .collect();
+    let document = serde_json::to_value(orchestrator::api::openapi_document())?;
+    let field = &document["components"]["schemas"]["Sandbox"]["properties"]["status"]["enum"];
+    assert_eq!(field, &serde_json::json!(names), "Sandbox.status");
+    let filter = document["paths"]["/v1/sandboxes"]["get"]["parameters"]
+        .as_array()
+        .and_then(|parameters| parameters.iter().find(|p| p["name"] == "status"))
+        .ok_or_else(|| anyhow::anyhow!("GET /v1/sandboxes has no status parameter"))?;
+    assert_eq!(
+        filter["schema"]["enum"],
+        serde_json::json!(names),
+        "?status="
+    );
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))?;
+    let (_, after) = readme
+        .split_once("Statuses (the same words\n`?status=` takes):")
+        .or_else(|| readme.split_once("Statuses (the same words `?status=` takes):"))
+        .ok_or_else(|| anyhow::anyhow!("the README's list of statuses is missing"))?;
+    let paragraph = after.split("\n\n").next().unwrap_or_default();
+    let mut listed: Vec<&str> = paragraph
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|word| word.chars().all(|c| c.is_ascii_lowercase()))
+        .collect();
+    listed.sort_unstable();
+    let mut expected = names.clone();
+    expected.sort_unstable();
+    assert_eq!(listed, expected, "the README's statuses");
+    Ok(())
+}
+
 /// The documented bounds are the ones the code enforces (issue 27: the document had none).
 #[test]
 fn documented_bounds_are_the_enforced_ones() -> anyhow::Result<()> {
@@ -47,6 +97,15 @@ fn documented_bounds_are_the_enforced_ones() -> anyhow::Result<()> {
     assert!(
         schemas["CreateSandboxRequest"]["properties"]["resolution"]["pattern"].is_string(),
         "the resolution's shape is documented"
+    );
+    let limit = document["paths"]["/v1/runs/{id}/events"]["get"]["parameters"]
+        .as_array()
+        .and_then(|parameters| parameters.iter().find(|p| p["name"] == "limit"))
+        .ok_or_else(|| anyhow::anyhow!("the events route has no limit parameter"))?;
+    assert_eq!(
+        (&limit["schema"]["minimum"], &limit["schema"]["maximum"]),
+        (&serde_json::json!(1), &serde_json::json!(1000)),
+        "{limit}"
     );
     Ok(())
 }

@@ -11,7 +11,8 @@ use anyhow::{Context, bail};
 use orchestrator::auth::ApiKeys;
 use orchestrator::db::{
     ApiKeyRecord, ArtifactRecord, ConsoleSessionRecord, RunFilter, RunInsert, RunRecord, RunStatus,
-    SandboxFilter, SandboxRecord, SandboxStatus, StatusChange, Store, TokenRecord, sqlite_url,
+    SandboxFilter, SandboxRecord, SandboxStatus, StatusChange, Store, Timeouts, TokenRecord,
+    sqlite_url,
 };
 
 fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
@@ -39,6 +40,9 @@ fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
         last_active_at: 1_000,
         ended_at: None,
         error: None,
+        paused_at: None,
+        auto_resume: pooled,
+        idle_pause_secs: (!pooled).then_some(45),
     }
 }
 
@@ -211,11 +215,48 @@ async fn touch_only_moves_forward_and_timeouts_are_set(store: &Store) -> anyhow:
         store.sandbox("sbx-a").await?.context("a")?.last_active_at,
         5_000
     );
-    store.set_timeouts("sbx-a", 30, 60, 61_000).await?;
+    store
+        .set_timeouts(
+            "sbx-a",
+            &Timeouts {
+                idle_timeout_secs: 30,
+                max_lifetime_secs: 60,
+                expires_at: 61_000,
+                idle_pause_secs: Some(20),
+            },
+        )
+        .await?;
     let a = store.sandbox("sbx-a").await?.context("a")?;
     assert_eq!(
-        (a.idle_timeout_secs, a.max_lifetime_secs, a.expires_at),
-        (30, 60, 61_000)
+        (
+            a.idle_timeout_secs,
+            a.max_lifetime_secs,
+            a.expires_at,
+            a.idle_pause_secs
+        ),
+        (30, 60, 61_000, Some(20))
+    );
+    // Paused and resumed: only from a live state, and only once each.
+    store.mark_ready("sbx-a", 5_500).await?;
+    let live = store.count_live_sandboxes("key-1").await?;
+    assert!(store.mark_paused("sbx-a", 6_000).await?);
+    assert!(!store.mark_paused("sbx-a", 6_500).await?, "already paused");
+    let a = store.sandbox("sbx-a").await?.context("a")?;
+    assert_eq!(
+        (a.status, a.paused_at),
+        (SandboxStatus::Paused, Some(6_000))
+    );
+    assert_eq!(
+        store.count_live_sandboxes("key-1").await?,
+        live,
+        "a paused sandbox still counts against its key"
+    );
+    assert!(store.mark_resumed("sbx-a", 7_000).await?);
+    assert!(!store.mark_resumed("sbx-a", 7_500).await?, "not paused");
+    let a = store.sandbox("sbx-a").await?.context("a")?;
+    assert_eq!(
+        (a.status, a.paused_at, a.last_active_at),
+        (SandboxStatus::Ready, None, 7_000)
     );
     Ok(())
 }

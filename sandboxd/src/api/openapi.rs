@@ -45,54 +45,8 @@ pub fn finish(document: &mut OpenApi) {
     agentbox_http::openapi::document_plumbing_answers(document, "ErrorBody");
     document_browser_answers(document);
     envelope_data_is_nullable(document);
-    optional_bodies_are_not_required(document);
-}
-
-/// A JSON body is read with [`super::extract::AioJson`], which takes an empty body as `{}`: a
-/// body whose schema requires no field may be left out, so it is documented as not required.
-/// (utoipa marks every `request_body` required.)
-fn optional_bodies_are_not_required(document: &mut OpenApi) {
-    use std::collections::HashSet;
-    use utoipa::openapi::RefOr;
-    use utoipa::openapi::schema::Schema;
-    let optional: HashSet<String> = document
-        .components
-        .as_ref()
-        .map(|components| {
-            components
-                .schemas
-                .iter()
-                .filter_map(|(name, schema)| match schema {
-                    RefOr::T(Schema::Object(object)) if object.required.is_empty() => {
-                        Some(format!("#/components/schemas/{name}"))
-                    }
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    for item in document.paths.paths.values_mut() {
-        for operation in agentbox_http::openapi::operations_mut(item) {
-            let Some(RefOr::T(body)) = operation.request_body.as_mut() else {
-                continue;
-            };
-            let may_be_empty = body
-                .content
-                .get("application/json")
-                .and_then(|json| match json {
-                    RefOr::T(json) => json.schema.as_ref(),
-                    RefOr::Ref(_) => None,
-                })
-                .is_some_and(|schema| match schema {
-                    RefOr::Ref(reference) => optional.contains(&reference.ref_location),
-                    RefOr::T(Schema::Object(object)) => object.required.is_empty(),
-                    RefOr::T(_) => false,
-                });
-            if may_be_empty {
-                body.required = Some(utoipa::openapi::Required::False);
-            }
-        }
-    }
+    // Bodies are read with `super::extract::AioJson`, which takes an empty body as `{}`.
+    agentbox_http::openapi::optional_bodies_are_not_required(document);
 }
 
 /// AIO's envelope answers `success: false` with `data: null` and a 2xx status when the

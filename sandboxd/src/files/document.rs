@@ -51,6 +51,27 @@ impl DocumentKind {
     }
 }
 
+/// Document formats `view` does not read, by extension: their name, for a refusal that says
+/// so (rather than "not UTF-8 text"). Text-based ones (rtf, csv, html) are text to the editor.
+pub fn unsupported_format(path: &Path) -> Option<&'static str> {
+    let extension = path.extension()?.to_str()?.to_ascii_lowercase();
+    Some(match extension.as_str() {
+        "docx" | "docm" | "dotx" => "a Word document",
+        "doc" | "dot" => "a Word 97-2003 document",
+        "odt" => "an OpenDocument text",
+        "ppt" | "pps" => "a PowerPoint 97-2003 presentation",
+        "odp" => "an OpenDocument presentation",
+        "key" => "a Keynote presentation",
+        "pages" => "a Pages document",
+        "numbers" => "a Numbers spreadsheet",
+        "epub" => "an EPUB book",
+        _ => return None,
+    })
+}
+
+/// What the editor's `view` reads besides text, for refusals.
+pub const SUPPORTED_DOCUMENTS: &str = "PDF (page_range), spreadsheets: xlsx, xlsm, xlsb, xls, ods      (sheet_name, row_range) and presentations: pptx (slide_range)";
+
 /// What went wrong viewing a document.
 #[derive(Debug, thiserror::Error)]
 pub enum DocumentError {
@@ -439,6 +460,12 @@ mod tests {
         );
         assert_eq!(DocumentKind::of(Path::new("notes.txt")), None);
         assert_eq!(DocumentKind::of(Path::new("pdf")), None);
+        assert_eq!(
+            unsupported_format(Path::new("/w/Report.DOCX")),
+            Some("a Word document")
+        );
+        assert_eq!(unsupported_format(Path::new("notes.rtf")), None);
+        assert_eq!(unsupported_format(Path::new("x.pdf")), None);
     }
 
     #[test]

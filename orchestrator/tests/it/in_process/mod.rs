@@ -32,6 +32,16 @@ impl Backend for NoContainers {
     async fn remove(&self, _: &str) -> Result<(), BackendError> {
         Ok(())
     }
+    async fn pause(&self, _: &str) -> Result<(), BackendError> {
+        Err(BackendError::Unavailable(
+            "no containers in this test".into(),
+        ))
+    }
+    async fn resume(&self, _: &str) -> Result<(), BackendError> {
+        Err(BackendError::Unavailable(
+            "no containers in this test".into(),
+        ))
+    }
     async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError> {
         Ok(Vec::new())
     }

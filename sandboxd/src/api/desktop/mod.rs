@@ -36,7 +36,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
 #[utoipa::path(get, path = "/v1/browser/screenshot", tag = "desktop",
     params(DesktopScreenshotQuery),
     responses(
-        (status = 200, description = "the image (PNG unless `format=jpeg`), with headers x-screen-width, x-screen-height, x-image-width, x-image-height, x-screenshot-id, x-scale-x, x-scale-y", content_type = "image/png"),
+        (status = 200, description = "the image (PNG unless `format=jpeg`), with headers x-screen-width, x-screen-height, x-image-width, x-image-height, x-screenshot-id, x-scale-x, x-scale-y",
+            content(("image/png"), ("image/jpeg"))),
         (status = 422, description = "bad query parameter", body = ErrorBody),
         (status = 503, description = "the X display is not available", body = ErrorBody),
     ))]

@@ -893,6 +893,23 @@ async fn str_replace_editor_commands_and_undo() {
         editor(json!({"command": "view", "path": path, "page_range": [1, 2]})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["detail"][0]["loc"], json!(["body", "page_range"]));
+
+    // A document format the editor does not read is named as such (issue 27), not reported as
+    // "not UTF-8 text"; the file is left as it was.
+    let docx = f.at("workspace/edit/report.docx");
+    std::fs::write(&docx, b"PK\x03\x04\xff\xfe a zip, not text").unwrap();
+    let (status, body) = editor(json!({"command": "view", "path": docx})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "path"]));
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("a Word document") && message.contains("pptx"),
+        "{message}"
+    );
+    assert_eq!(
+        std::fs::read(&docx).unwrap(),
+        b"PK\x03\x04\xff\xfe a zip, not text"
+    );
 }
 
 #[tokio::test]
