@@ -11,6 +11,7 @@ The run is bounded (``max_examples`` per operation) and seeded, so a failure rep
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -41,9 +42,12 @@ def _config(document: dict, directory: pathlib.Path) -> pathlib.Path:
 
 
 def run(name: str, url: str, key: str, tmp: pathlib.Path, exclude_path_regex: str | None = None,
-        max_examples: int = 10) -> subprocess.CompletedProcess:
-    """Runs ``st run`` for docs/openapi/<name>.json against ``url``; returns the process."""
-    schema = ROOT / "docs" / "openapi" / f"{name}.json"
+        max_examples: int = 10, document: pathlib.Path | None = None,
+        operations: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Runs ``st run`` for docs/openapi/<name>.json (or ``document``, another copy) against
+    ``url``, on every operation or only on ``operations`` (``"GET /path"``); returns the
+    process."""
+    schema = document or ROOT / "docs" / "openapi" / f"{name}.json"
     config = _config(json.loads(schema.read_text()), tmp)
     st = pathlib.Path(sys.executable).parent / "st"
     command = [
@@ -54,6 +58,8 @@ def run(name: str, url: str, key: str, tmp: pathlib.Path, exclude_path_regex: st
     ]
     if exclude_path_regex:
         command += ["--exclude-path-regex", exclude_path_regex]
+    for operation in operations:
+        command += ["--include-name", operation]
     return subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=tmp)
 
 
@@ -62,3 +68,17 @@ def summary(result: subprocess.CompletedProcess) -> str:
     out = result.stdout + result.stderr
     start = out.find("FAILURES")
     return out[start:] if start >= 0 else out[-8000:]
+
+
+def failed_checks(result: subprocess.CompletedProcess) -> dict[str, set[str]]:
+    """The failures a run lists in its summary (``❌ ST103 Undocumented status code: 1``), each
+    code with the checks that report it, as ``st explain`` names them."""
+    out = result.stdout + result.stderr
+    summary_part = out[out.rfind("SUMMARY"):] if "SUMMARY" in out else ""
+    st = pathlib.Path(sys.executable).parent / "st"
+    failures = {}
+    for code in sorted(set(re.findall(r"❌ (ST\d+) ", summary_part))):
+        explained = subprocess.run([str(st), "explain", code], capture_output=True, text=True, timeout=60).stdout
+        names = re.search(r"^checks (.+)$", explained, re.MULTILINE)
+        failures[code] = {n.strip() for n in names.group(1).split(",")} if names else set()
+    return failures
