@@ -1,10 +1,18 @@
 """The agent-sandbox SDK and Python Playwright, pointed at the orchestrator's proxies with the
 orchestrator's API key (never the sandbox's own key)."""
 
+import asyncio
+import pathlib
+import sys
+
 import requests
 import pytest
 from agent_sandbox import Sandbox
 from playwright.sync_api import sync_playwright
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import aio_readme  # noqa: E402
 
 
 def test_sdk_reads_the_context_through_the_proxy(sandbox, admin_key):
@@ -94,46 +102,26 @@ def test_aio_readme_cdp_example_works_through_the_orchestrator(orchestrator, san
 
 
 def test_aio_readme_example_runs_unchanged_through_the_orchestrator(sandbox, admin_key):
-    """AIO's README example, unchanged but for the URL and key: context, a shell command, a file
-    read, then its site-to-Markdown cell (the browser over the reported CDP URL with no
-    headers, a Jupyter cell importing ``markdownify``), all through the orchestrator's proxy.
-    Only the page differs: no internet here, so it is a file."""
-    import base64
+    """AIO's README examples as written (tests/python/aio_readme.py), through the orchestrator's
+    proxy: "Basic Usage" and the "Complete Example" (async Playwright over the reported
+    ``cdp_url`` with no header, ``new_page()`` on the browser, the Jupyter cell importing
+    ``markdownify``). Substituted: the base URL (the sandbox's ``urls.api``), the header (the
+    orchestrator requires its key; the README's sandbox has none) and the page (no internet
+    here: a file in the sandbox)."""
+    headers = {"Authorization": f"Bearer {admin_key}"}
+    home_dir, result, content, screenshot = aio_readme.basic_usage(sandbox["urls"]["api"], headers)
+    assert home_dir == "/home/agent"
+    assert result.data.output.startswith("total "), result.data.output
+    assert content.data.content is not None
+    png = b"".join(screenshot)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == 1280
 
-    client = Sandbox(base_url=sandbox["urls"]["api"], headers={"Authorization": f"Bearer {admin_key}"})
-    home_dir = client.sandbox.get_context().home_dir
-    assert client.shell.exec_command(command="ls -la").data.output
-    assert client.file.read_file(file=f"{home_dir}/.bashrc").data.content is not None
-    client.file.write_file(
-        file=f"{home_dir}/page.html",
-        content="<html><body><h1>Agentbox</h1><p>A <b>computer</b> for agents.</p></body></html>",
+    client = Sandbox(base_url=sandbox["urls"]["api"], headers=headers)
+    client.file.write_file(file=f"{home_dir}/page.html", content=aio_readme.PAGE)
+    markdown = asyncio.run(
+        aio_readme.site_to_markdown(sandbox["urls"]["api"], headers, f"file://{home_dir}/page.html")
     )
-    cdp_url = client.browser.get_info().data.cdp_url
-    with sync_playwright() as p:
-        browser = p.chromium.connect_over_cdp(cdp_url, timeout=60_000)
-        page = browser.contexts[0].new_page()
-        page.goto(f"file://{home_dir}/page.html", wait_until="networkidle")
-        html = page.content()
-        screenshot_b64 = base64.b64encode(page.screenshot()).decode("utf-8")
-        page.close()
-        browser.close()
-    answer = client.jupyter.execute_code(
-        code=f"""
-from markdownify import markdownify
-html = '''{html}'''
-screenshot_b64 = "{screenshot_b64}"
-
-md = f"{{markdownify(html)}}\\n\\n![Screenshot](data:image/png;base64,{{screenshot_b64}})"
-
-with open('{home_dir}/site.md', 'w') as f:
-    f.write(md)
-
-print("Done!")
-"""
-    )
-    assert answer.data.status == "ok", answer.data.outputs
-    assert answer.data.outputs[0].text == "Done!\n"
-    assert "site.md" in client.shell.exec_command(command=f"ls -lh {home_dir}/site.md").data.output
-    content = client.file.read_file(file=f"{home_dir}/site.md").data.content
-    assert "Agentbox\n========" in content, content[:200]
-    assert "![Screenshot](data:image/png;base64,iVBORw0KGgo" in content
+    aio_readme.check_site_markdown(markdown)
+    # The file it wrote in the sandbox is the Markdown it read back.
+    size = client.shell.exec_command(command=f"wc -c < {home_dir}/site.md").data.output
+    assert int(size.strip()) == len(markdown.encode()), size

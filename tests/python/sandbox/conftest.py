@@ -30,9 +30,12 @@ def docker(*args: str) -> str:
 class SandboxContainer:
     """One sandbox container, reached at its address on Docker's bridge network."""
 
-    def __init__(self, env: dict[str, str] | None = None):
-        self.api_key = "py-" + uuid.uuid4().hex
-        args = ["run", "-d", "--label", "agentbox.test=1", "-e", f"SANDBOX_API_KEY={self.api_key}"]
+    def __init__(self, env: dict[str, str] | None = None, key: bool = True):
+        """``key=False``: a sandboxd without a key (``SANDBOX_AUTH=none``), as AIO runs by
+        default."""
+        self.api_key = "py-" + uuid.uuid4().hex if key else None
+        auth = f"SANDBOX_API_KEY={self.api_key}" if key else "SANDBOX_AUTH=none"
+        args = ["run", "-d", "--label", "agentbox.test=1", "-e", auth]
         for name, value in (env or {}).items():
             args += ["-e", f"{name}={value}"]
         sandboxd = os.environ.get("AGENTBOX_SANDBOXD_BIN")
@@ -46,7 +49,7 @@ class SandboxContainer:
         self.wait_ready()
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"}
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def request(self, method: str, path: str, body=None):
         data = None if body is None else json.dumps(body).encode()

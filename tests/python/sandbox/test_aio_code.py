@@ -2,8 +2,12 @@
 own SDK, unchanged, against sandboxd in the image: real IPython kernels and a real Node; every
 method parses into the SDK's typed models and has its effect."""
 
+import asyncio
 import base64
 import io
+import pathlib
+import struct
+import sys
 import time
 import zipfile
 
@@ -23,8 +27,12 @@ from agent_sandbox.types import (
     NodeJsSessionResponse,
     NodeJsUpdateSessionResponse,
     ResponseCodeExecuteResponse,
-    ResponseJupyterExecuteResponse,
 )
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import aio_readme  # noqa: E402
+from conftest import SandboxContainer  # noqa: E402
 
 # A PNG of one red pixel, drawn by the kernel through IPython's display machinery.
 PNG_CODE = """
@@ -36,61 +44,41 @@ display(Image(data=png))
 """
 
 
-def test_readme_example_runs_unchanged(client):
-    """The calls of AIO's README: context, a shell command, a file read and Jupyter."""
-    context = client.sandbox.get_context()
-    home_dir = context.home_dir
-    result = client.shell.exec_command(command="ls -la")
-    assert result.data.output
-    content = client.file.read_file(file=f"{home_dir}/.bashrc")
-    assert content.data.content is not None
-    answer = client.jupyter.execute_code(code="print('Hello from Jupyter')")
-    assert isinstance(answer, ResponseJupyterExecuteResponse)
-    assert answer.data.outputs[0].text == "Hello from Jupyter\n"
+@pytest.fixture(scope="module")
+def keyless():
+    """A sandboxd configured as AIO runs by default, without a key: AIO's README examples give
+    ``Sandbox(...)`` no header and Playwright's ``connect_over_cdp`` none either."""
+    container = SandboxContainer(key=False)
+    try:
+        yield container
+    finally:
+        container.close()
 
 
-def test_readme_site_to_markdown_example_runs_unchanged(client, sandbox):
-    """AIO's README example that turns a page into Markdown: the browser loads the page over
-    CDP, a Jupyter cell converts it with ``markdownify`` (in the image, as in AIO's), bash and
-    the file API check the result. Only the page differs: no internet here, so it is a file."""
-    from playwright.sync_api import sync_playwright
+def test_readme_example_runs_unchanged(keyless):
+    """AIO's README "Basic Usage" as written (tests/python/aio_readme.py), only the base URL
+    substituted: context, a shell command, a file read and a screenshot, each checked."""
+    home_dir, result, content, screenshot = aio_readme.basic_usage(keyless.base_url, None)
+    assert home_dir == "/home/agent"
+    # The shell starts in the workspace: the listing is the workspace's.
+    assert result.data.output == keyless.exec("sh", "-c", "cd /home/agent/workspace && ls -la")
+    assert content.data.content.rstrip("\n") == keyless.exec("cat", f"{home_dir}/.bashrc")
+    png = b"".join(screenshot)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", png[16:24]) == (1280, 800)
 
-    home_dir = client.sandbox.get_context().home_dir
-    client.file.write_file(
-        file=f"{home_dir}/page.html",
-        content="<html><body><h1>Agentbox</h1><p>A <b>computer</b> for agents.</p></body></html>",
+
+def test_readme_site_to_markdown_example_runs_unchanged(keyless):
+    """AIO's README "Complete Example" as written (tests/python/aio_readme.py): async
+    Playwright over the ``cdp_url`` of ``browser.get_info()`` with no header, ``new_page()`` on
+    the browser, the Jupyter cell importing ``markdownify``, bash and the file API. Only the
+    base URL and the page differ (no internet here: a file in the sandbox)."""
+    keyless.request("POST", "/v1/file/write", {"file": "/home/agent/page.html", "content": aio_readme.PAGE})
+    markdown = asyncio.run(
+        aio_readme.site_to_markdown(keyless.base_url, None, "file:///home/agent/page.html")
     )
-    with sync_playwright() as p:
-        browser = p.chromium.connect_over_cdp(sandbox.cdp_url, headers=sandbox.headers())
-        page = browser.contexts[0].new_page()
-        page.goto(f"file://{home_dir}/page.html", wait_until="networkidle")
-        html = page.content()
-        screenshot_b64 = base64.b64encode(page.screenshot()).decode("utf-8")
-        page.close()
-        browser.close()
-
-    answer = client.jupyter.execute_code(
-        code=f"""
-from markdownify import markdownify
-html = '''{html}'''
-screenshot_b64 = "{screenshot_b64}"
-
-md = f"{{markdownify(html)}}\\n\\n![Screenshot](data:image/png;base64,{{screenshot_b64}})"
-
-with open('{home_dir}/site.md', 'w') as f:
-    f.write(md)
-
-print("Done!")
-"""
-    )
-    assert answer.data.status == "ok", answer.data.outputs
-    assert answer.data.outputs[0].text == "Done!\n"
-    listed = client.shell.exec_command(command=f"ls -lh {home_dir}/site.md")
-    assert "site.md" in listed.data.output
-    content = client.file.read_file(file=f"{home_dir}/site.md").data.content
-    assert "Agentbox\n========" in content, content[:200]
-    assert "A **computer** for agents." in content, content[:200]
-    assert "![Screenshot](data:image/png;base64,iVBORw0KGgo" in content
+    aio_readme.check_site_markdown(markdown)
+    assert keyless.exec("cat", "/home/agent/site.md") == markdown.rstrip("\n")
 
 
 def test_the_python_an_agent_expects_is_there(client):
