@@ -91,11 +91,14 @@ class Box:
     (``docker exec``), the way in that checks an effect; ``cdp_at`` is what the CDP URL reported
     by ``browser.get_info`` must contain."""
 
-    def __init__(self, *, base_url: str, headers: dict, exec, cdp_at: str):
+    def __init__(self, *, base_url: str, headers: dict, exec, cdp_at: str,
+                 viewer_cookie: str = "sandboxd_viewer"):
         self.base_url = base_url
         self.headers = headers
         self.exec = exec
         self.cdp_at = cdp_at
+        # The cookie a viewer ticket is traded for (sandboxd's, or the orchestrator's viewer's).
+        self.viewer_cookie = viewer_cookie
         self.client = Sandbox(base_url=base_url, headers=headers, timeout=90)
         self.origin = f"http://127.0.0.1:{PORT}"
         self.url = f"{self.origin}/page.html"
@@ -237,7 +240,7 @@ def _(box):
     box.saved["ticket"] = ticket
     # The ticket opens the viewer once, without the key: traded for a session cookie.
     status, headers, _ = box.raw_get(f"/vnc/index.html?ticket={ticket}")
-    assert status == 303 and "sandboxd_viewer=" in headers.get("set-cookie", "")
+    assert status == 303 and f"{box.viewer_cookie}=" in headers.get("set-cookie", ""), (status, headers)
     again, _, _ = box.raw_get(f"/vnc/index.html?ticket={ticket}")
     assert again == 401
 
@@ -1095,10 +1098,11 @@ def run_case(box: Box, method: str) -> None:
     box.outcomes[method] = "checked"
 
 
-def run_refusal(box: Box, method: str) -> None:
-    """Calls a method sandboxd does not serve: a 501 naming what is not supported."""
+def run_refusal(box: Box, method: str, refusals: dict | None = None) -> None:
+    """Calls a method that is not served (by sandboxd: ``UNSUPPORTED``; or the ones given): a
+    501 naming what is not supported."""
     box.outcomes[method] = "partial"
-    call, named = UNSUPPORTED[method]
+    call, named = (refusals or UNSUPPORTED)[method]
     with pytest.raises(ApiError) as refused:
         call(box.client)
     assert refused.value.status_code == 501, (refused.value.status_code, refused.value.body)

@@ -30,6 +30,7 @@ pub mod sandboxes;
 pub mod shares;
 pub mod tokens;
 pub mod types;
+pub mod viewer_tickets;
 
 use std::sync::Arc;
 
@@ -72,6 +73,8 @@ pub struct AppState {
     pub relays: Arc<relays::Relays>,
     /// A2A's task operations (over `runs`).
     pub a2a: Arc<Tasks>,
+    /// AIO viewer tickets made through the sandbox API proxy, waiting for their one use.
+    pub viewer_tickets: Arc<viewer_tickets::ViewerTickets>,
     request_ids: RequestIds,
 }
 
@@ -108,6 +111,7 @@ impl AppState {
             proxy: HttpProxy::new(),
             public_url: Arc::new(public_url),
             allowed_origins: Arc::new(Vec::new()),
+            viewer_tickets: Arc::default(),
             request_ids: RequestIds::new("orc", &["/healthz"]),
         }
     }
@@ -211,6 +215,14 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// request's extensions.
 async fn require_key(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let Some(key) = bearer(request.headers()) else {
+        // A browser opening an AIO viewer ticket's page: the ticket is the credential.
+        if let Some((sandbox_id, ticket)) = viewer_tickets::ticket_request(
+            request.method(),
+            request.uri().path(),
+            request.uri().query(),
+        ) {
+            return viewer_tickets::redeem(&state, &sandbox_id, &ticket).await;
+        }
         return match callers::caller(
             &state,
             request.method(),

@@ -5,7 +5,8 @@
 //! - `ANY /v1/sandboxes/{id}/api/{path}`: sandboxd's API (HTTP with streaming bodies, and
 //!   WebSockets), with the caller's API key swapped for the sandbox's; the URLs in
 //!   `/v1/browser/info` become this server's, with credentials a client needs no header for
-//!   ([`browser_info_for_the_client`]). Every answer is
+//!   ([`browser_info_for_the_client`]); AIO's viewer tickets are the orchestrator's own
+//!   ([`super::viewer_tickets`]). Every answer is
 //!   sandbox-originated content: it carries `Content-Security-Policy: sandbox` and `nosniff`
 //!   (downloads also `Content-Disposition: attachment`), so nothing an agent wrote runs as
 //!   script on this origin.
@@ -218,6 +219,11 @@ async fn api(
         )
         .await;
     }
+    let request = match super::viewer_tickets::intercept(&state, &caller, &id, &path, request).await
+    {
+        Ok(answered) => return answered,
+        Err(request) => request,
+    };
     let is_download = path.starts_with("/v1/file/download");
     let is_browser_info =
         request.method() == Method::GET && path.split('?').next() == Some("/v1/browser/info");
@@ -460,28 +466,39 @@ async fn vnc_page(
     state.sandboxes.get_ready(&id, None).await?;
     if from_query {
         let max_age = ((claims.exp - crate::secret::now_ms()) / 1000).max(0);
-        let secure = if state.public_url.starts_with("https://") {
-            "; Secure"
-        } else {
-            ""
-        };
-        let cookie = format!(
-            "{VNC_COOKIE}={token}; Path=/v1/sandboxes/{id}/vnc; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
-        );
-        let mut response = (
-            StatusCode::SEE_OTHER,
-            [(header::LOCATION, format!("/v1/sandboxes/{id}/vnc/"))],
-        )
-            .into_response();
-        if let Ok(value) = HeaderValue::from_str(&cookie) {
-            response.headers_mut().insert(header::SET_COOKIE, value);
-        }
-        response
-            .headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return Ok(response);
+        return Ok(viewer_cookie_redirect(&state, &id, &token, max_age));
     }
     super::assets::page("viewer/index.html")
+}
+
+/// Trades a viewer token for the viewer cookie (HttpOnly, SameSite=Strict, scoped to the
+/// sandbox's `/vnc` path, for `max_age` seconds) and sends the browser to the viewer page.
+pub(super) fn viewer_cookie_redirect(
+    state: &AppState,
+    id: &str,
+    token: &str,
+    max_age: i64,
+) -> Response {
+    let secure = if state.public_url.starts_with("https://") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{VNC_COOKIE}={token}; Path=/v1/sandboxes/{id}/vnc; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+    );
+    let mut response = (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, format!("/v1/sandboxes/{id}/vnc/"))],
+    )
+        .into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }
 
 /// `GET /v1/sandboxes/{id}/vnc/session`: what the viewer cookie allows.

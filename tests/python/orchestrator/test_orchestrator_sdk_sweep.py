@@ -27,19 +27,12 @@ from orchestrator_process import OrchestratorProcess, docker  # noqa: E402
 
 # Methods that cannot pass through the orchestrator, each with the orchestrator defect that
 # stops it (see the case in aio_sweep.py); a method listed here that passes fails the run.
-KNOWN_DEFECTS: dict[str, str] = {
-    "auth.create_ticket": (
-        "orchestrator defect: POST /v1/sandboxes/{id}/api/tickets hands out sandboxd's ticket "
-        "(viewer_path /vnc/index.html?ticket=...), but GET /v1/sandboxes/{id}/api/vnc/index.html"
-        "?ticket=... without a header answers 401 'missing `Authorization: Bearer <api key>`': "
-        "the ticket opens nothing through the orchestrator"
-    ),
-    "shell.get_terminal_url": (
-        "orchestrator defect: GET /v1/sandboxes/{id}/api/v1/shell/terminal-url answers sandboxd's "
-        "own address on the sandbox network (http://<container address>:8080/terminal?ticket=...), "
-        "not a URL through the orchestrator (the proxy rewrites /v1/browser/info's URLs, not this "
-        "one); and GET /v1/sandboxes/{id}/api/terminal?ticket=... without a header answers 401"
-    ),
+KNOWN_DEFECTS: dict[str, str] = {}
+
+# Methods the orchestrator refuses by design (501, naming the way that works): the terminal
+# page is sandboxd's own page, whose script would run on the orchestrator's origin.
+ORCHESTRATOR_REFUSALS = {
+    "shell.get_terminal_url": (lambda c: c.shell.get_terminal_url(), "/v1/shell/exec"),
 }
 
 
@@ -75,6 +68,7 @@ def box(admin_key):
             headers=headers,
             exec=exec_in,
             cdp_at=f"{ws}/v1/sandboxes/{sandbox['id']}/cdp?token=",
+            viewer_cookie="agentbox_vnc",
         ))
     finally:
         if server is not None:
@@ -84,6 +78,8 @@ def box(admin_key):
 
 def cases():
     for method in aio_sweep.CASES:
+        if method in ORCHESTRATOR_REFUSALS:
+            continue
         if method in KNOWN_DEFECTS:
             yield pytest.param(method, marks=pytest.mark.xfail(reason=KNOWN_DEFECTS[method], strict=True))
         else:
@@ -100,13 +96,43 @@ def test_unsupported_method_answers_501(box, method):
     aio_sweep.run_refusal(box, method)
 
 
+@pytest.mark.parametrize("method", sorted(ORCHESTRATOR_REFUSALS))
+def test_what_the_orchestrator_does_not_serve_answers_501(box, method):
+    aio_sweep.run_refusal(box, method, ORCHESTRATOR_REFUSALS)
+
+
+def test_a_terminal_ticket_is_refused_and_a_viewer_ticket_opens_once_for_its_sandbox(box):
+    """The orchestrator's own AIO tickets: a terminal one is refused like the terminal URL; a
+    desktop one is good once, and only at its own sandbox's address."""
+    def ticket(body):
+        return requests.post(f"{box.base_url}/tickets", json=body, headers=box.headers, timeout=30)
+
+    refused = ticket({"terminal": True})
+    assert refused.status_code == 501 and "/v1/shell/exec" in refused.text, refused.text
+    answer = ticket({"view_only": True})
+    assert answer.status_code == 200, answer.text
+    made = answer.json()["data"]
+    assert made["view_only"] is True and made["viewer_path"].startswith("/vnc/index.html?ticket=")
+    elsewhere = box.base_url.replace("/v1/sandboxes/", "/v1/sandboxes/sbx-elsewhere-", 1)
+    wrong = requests.get(elsewhere + made["viewer_path"], allow_redirects=False, timeout=30)
+    assert wrong.status_code == 401, "a ticket presented at another sandbox's address is refused"
+    status, _, _ = box.raw_get(made["viewer_path"])
+    assert status == 401, "the ticket was used up by the wrong-address attempt"
+    fresh = ticket({}).json()["data"]
+    status, headers, _ = box.raw_get(fresh["viewer_path"])
+    assert status == 303 and "agentbox_vnc=" in headers.get("set-cookie", ""), (status, headers)
+    assert headers["location"].endswith("/vnc/"), headers
+
+
 def test_summary(box, capsys):
     """Last: the sweep's count through the orchestrator, printed in the suite's output. Every
     method checked with its effect or refused as documented, but for the known defects."""
     line, short = aio_sweep.summary(box, "through the orchestrator")
+    line += f" ({', '.join(sorted(ORCHESTRATOR_REFUSALS))} refused by the orchestrator)"
     if KNOWN_DEFECTS:
         line += f" ({', '.join(sorted(KNOWN_DEFECTS))}: orchestrator defects)"
     with capsys.disabled():
         print("\n" + line)
     assert short == sorted(KNOWN_DEFECTS), line + f": {short}"
-    assert f"{len(aio_sweep.UNSUPPORTED)} documented refusals (501)" in line, line
+    refusals = len(aio_sweep.UNSUPPORTED) + len(ORCHESTRATOR_REFUSALS)
+    assert f"{refusals} documented refusals (501)" in line, line

@@ -1,0 +1,293 @@
+//! AIO's single-use viewer tickets through the orchestrator's sandbox API proxy.
+//!
+//! An AIO client asks `POST {api}/tickets` and opens `{api}{viewer_path}` in a browser, which
+//! sends no header. sandboxd's own tickets open sandboxd's viewer page, which the proxy cannot
+//! serve (its script would run on this origin). So the proxy answers `POST /tickets` itself:
+//! a ticket of its own, in sandboxd's answer shape, bound to the sandbox and to the caller's
+//! key, good once within [`TICKET_TTL`]. Its `viewer_path` is sandboxd's
+//! (`/vnc/index.html?ticket=`), so `{api}{viewer_path}` reaches [`redeem`] (let through without
+//! a key by `require_key` for exactly that path and a `ticket`), which uses the ticket up,
+//! issues a viewer token (`view` or `control`) for the key, sets the viewer cookie and sends
+//! the browser to the orchestrator's own viewer. Revoking the key ends that viewer.
+//!
+//! The terminal page is sandboxd's too, so terminal tickets and `GET /v1/shell/terminal-url`
+//! answer 501 naming the way that works through the orchestrator (the shell API).
+//!
+//! Tickets live in this process's memory: one orchestrator replica answers a ticket it made.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::Request;
+use axum::http::header::{self, HeaderValue};
+use axum::http::{Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sandbox_client::types::{Envelope, TicketRequest, TicketResult};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::auth::Caller;
+use crate::tokens::Scope;
+
+/// How long a ticket may wait for its one use (sandboxd's own tickets' lifetime).
+pub const TICKET_TTL: Duration = Duration::from_secs(60);
+/// How long the viewer a ticket opens lasts.
+const VIEWER_TTL_SECS: i64 = 3600;
+/// The largest `POST /tickets` body read.
+const MAX_TICKET_REQUEST: usize = 16 * 1024;
+/// At most this many tickets wait at once (older ones are dropped first).
+const MAX_WAITING: usize = 10_000;
+
+/// What a waiting ticket opens, for whom.
+#[derive(Debug, Clone)]
+struct Grant {
+    sandbox_id: String,
+    key_id: String,
+    /// The key's owner filter (`None` for an admin key).
+    owner: Option<String>,
+    view_only: bool,
+    made: Instant,
+}
+
+/// The tickets waiting for their one use.
+#[derive(Debug, Default)]
+pub struct ViewerTickets {
+    waiting: Mutex<HashMap<String, Grant>>,
+}
+
+impl ViewerTickets {
+    fn keep(&self, ticket: String, grant: Grant) {
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return;
+        };
+        waiting.retain(|_, g| g.made.elapsed() < TICKET_TTL);
+        if waiting.len() >= MAX_WAITING
+            && let Some(oldest) = waiting
+                .iter()
+                .min_by_key(|(_, g)| g.made)
+                .map(|(t, _)| t.clone())
+        {
+            waiting.remove(&oldest);
+        }
+        waiting.insert(ticket, grant);
+    }
+
+    /// Uses the ticket up: its grant, if it was made for `sandbox_id` and is still good.
+    fn take(&self, ticket: &str, sandbox_id: &str) -> Option<Grant> {
+        let mut waiting = self.waiting.lock().ok()?;
+        let grant = waiting.remove(ticket)?;
+        (grant.sandbox_id == sandbox_id && grant.made.elapsed() < TICKET_TTL).then_some(grant)
+    }
+}
+
+/// The answer the proxy gives itself for a sandbox API request it does not forward, if any.
+pub async fn intercept(
+    state: &AppState,
+    caller: &Caller,
+    sandbox_id: &str,
+    path: &str,
+    request: Request,
+) -> Result<Result<Response, ApiError>, Request> {
+    let route = path.split('?').next().unwrap_or_default();
+    match (request.method(), route) {
+        (&Method::POST, "/tickets") => Ok(issue(state, caller, sandbox_id, request).await),
+        (&Method::GET, "/v1/shell/terminal-url") => Ok(Ok(terminal_not_served())),
+        _ => Err(request),
+    }
+}
+
+/// The sandbox and ticket of a keyless `GET /v1/sandboxes/{id}/api/vnc/index.html?ticket=`,
+/// the one sandbox API request let through without a key.
+pub fn ticket_request(
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Option<(String, String)> {
+    if method != Method::GET {
+        return None;
+    }
+    let id = path
+        .strip_prefix("/v1/sandboxes/")?
+        .strip_suffix("/api/vnc/index.html")?;
+    if id.is_empty() || id.contains('/') {
+        return None;
+    }
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query?).ok()?;
+    let ticket = pairs.into_iter().find(|(name, _)| name == "ticket")?.1;
+    Some((id.to_string(), ticket))
+}
+
+async fn issue(
+    state: &AppState,
+    caller: &Caller,
+    sandbox_id: &str,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let Ok(bytes) = axum::body::to_bytes(request.into_body(), MAX_TICKET_REQUEST).await else {
+        return Ok(sandbox_api_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "the body is too large",
+        ));
+    };
+    let asked: TicketRequest = match agentbox_http::body::parse_json(&bytes) {
+        Ok(asked) => asked,
+        Err(error) => {
+            return Ok(sandbox_api_error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                error.to_string(),
+            ));
+        }
+    };
+    if asked.terminal == Some(true) {
+        return Ok(terminal_not_served());
+    }
+    // The sandbox must be the caller's and ready (a paused one with auto_resume wakes).
+    state
+        .sandboxes
+        .get_ready(sandbox_id, caller.owner())
+        .await?;
+    let view_only = asked.view_only.unwrap_or(false);
+    let ticket = crate::secret::new_secret("tkt_");
+    state.viewer_tickets.keep(
+        ticket.clone(),
+        Grant {
+            sandbox_id: sandbox_id.to_string(),
+            key_id: caller.key_id.clone(),
+            owner: caller.owner().map(str::to_owned),
+            view_only,
+            made: Instant::now(),
+        },
+    );
+    let mut viewer_path = format!("/vnc/index.html?ticket={ticket}");
+    if view_only {
+        viewer_path.push_str("&view_only=true");
+    }
+    Ok(Json(Envelope::ok(TicketResult {
+        ticket,
+        expires_in: TICKET_TTL.as_secs(),
+        view_only,
+        terminal: false,
+        viewer_path,
+    }))
+    .into_response())
+}
+
+/// Uses a ticket up and opens the orchestrator's viewer with a token for the ticket's key.
+pub async fn redeem(state: &AppState, sandbox_id: &str, ticket: &str) -> Response {
+    let Some(grant) = state.viewer_tickets.take(ticket, sandbox_id) else {
+        return ApiError::unauthorized(
+            "the ticket is unknown, used or expired: ask for a new one (POST {api}/tickets)",
+        )
+        .into_response();
+    };
+    let scope = if grant.view_only {
+        Scope::View
+    } else {
+        Scope::Control
+    };
+    let issued = state
+        .sandboxes
+        .issue_token(
+            sandbox_id,
+            grant.owner.as_deref(),
+            &grant.key_id,
+            scope,
+            VIEWER_TTL_SECS,
+        )
+        .await;
+    match issued {
+        Ok((token, _)) => {
+            super::proxy::viewer_cookie_redirect(state, sandbox_id, &token, VIEWER_TTL_SECS)
+        }
+        Err(error) => ApiError::from(error).into_response(),
+    }
+}
+
+fn terminal_not_served() -> Response {
+    sandbox_api_error(
+        StatusCode::NOT_IMPLEMENTED,
+        "the terminal page is not served through the orchestrator (its script would run on the \
+         orchestrator's origin): use the shell API through /api instead (POST /v1/shell/exec, \
+         or the WebSocket /v1/shell/ws)",
+    )
+}
+
+/// An error in sandboxd's answer shape (`success: false`), for answers the proxy gives on a
+/// sandbox API path in sandboxd's place.
+fn sandbox_api_error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "success": false, "message": message.into(), "data": null });
+    let mut response = (status, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_viewer_page_with_a_ticket_is_let_through() {
+        let let_through =
+            |method: &Method, path: &str, query: Option<&str>| ticket_request(method, path, query);
+        assert_eq!(
+            let_through(
+                &Method::GET,
+                "/v1/sandboxes/sbx-1/api/vnc/index.html",
+                Some("ticket=tkt_a&view_only=true")
+            ),
+            Some(("sbx-1".into(), "tkt_a".into()))
+        );
+        for (method, path, query) in [
+            (
+                Method::POST,
+                "/v1/sandboxes/sbx-1/api/vnc/index.html",
+                Some("ticket=t"),
+            ),
+            (Method::GET, "/v1/sandboxes/sbx-1/api/vnc/index.html", None),
+            (
+                Method::GET,
+                "/v1/sandboxes/sbx-1/api/vnc/index.html",
+                Some("other=t"),
+            ),
+            (
+                Method::GET,
+                "/v1/sandboxes/sbx-1/api/v1/shell/exec",
+                Some("ticket=t"),
+            ),
+            (
+                Method::GET,
+                "/v1/sandboxes/a/b/api/vnc/index.html",
+                Some("ticket=t"),
+            ),
+            (
+                Method::GET,
+                "/v1/sandboxes//api/vnc/index.html",
+                Some("ticket=t"),
+            ),
+        ] {
+            assert_eq!(let_through(&method, path, query), None, "{method} {path}");
+        }
+    }
+
+    #[test]
+    fn a_ticket_opens_once_its_own_sandbox_only() {
+        let tickets = ViewerTickets::default();
+        let grant = Grant {
+            sandbox_id: "sbx-1".into(),
+            key_id: "key-1".into(),
+            owner: Some("key-1".into()),
+            view_only: true,
+            made: Instant::now(),
+        };
+        tickets.keep("tkt_a".into(), grant.clone());
+        tickets.keep("tkt_b".into(), grant);
+        assert!(tickets.take("tkt_a", "sbx-2").is_none(), "another sandbox");
+        assert!(tickets.take("tkt_a", "sbx-1").is_none(), "tried once, gone");
+        assert!(tickets.take("tkt_b", "sbx-1").is_some());
+        assert!(tickets.take("tkt_b", "sbx-1").is_none(), "used up");
+    }
+}
