@@ -45,8 +45,6 @@ use crate::sessions::{Authority, SessionGuard};
 use crate::tokens::{Claims, Scope};
 use agentbox_http::ws::RelayFilter;
 
-/// The cookie carrying a viewer token (scoped to one sandbox's `/vnc` path).
-pub const VNC_COOKIE: &str = "agentbox_vnc";
 /// How large a relayed WebSocket message may be, each way.
 #[derive(Debug, Clone, Copy)]
 struct MessageLimits {
@@ -387,7 +385,7 @@ fn presented_token(request_headers: &HeaderMap, query: Option<&str>) -> Option<(
     {
         return Some((token, true));
     }
-    agentbox_http::cookie::value(request_headers, VNC_COOKIE)
+    agentbox_http::cookie::value(request_headers, super::tokens::VNC_COOKIE)
         .map(|value| (value.to_string(), false))
 }
 
@@ -466,39 +464,11 @@ async fn vnc_page(
     state.sandboxes.get_ready(&id, None).await?;
     if from_query {
         let max_age = ((claims.exp - crate::secret::now_ms()) / 1000).max(0);
-        return Ok(viewer_cookie_redirect(&state, &id, &token, max_age));
+        return Ok(super::tokens::viewer_cookie_redirect(
+            &state, &id, &token, max_age,
+        ));
     }
     super::assets::page("viewer/index.html")
-}
-
-/// Trades a viewer token for the viewer cookie (HttpOnly, SameSite=Strict, scoped to the
-/// sandbox's `/vnc` path, for `max_age` seconds) and sends the browser to the viewer page.
-pub(super) fn viewer_cookie_redirect(
-    state: &AppState,
-    id: &str,
-    token: &str,
-    max_age: i64,
-) -> Response {
-    let secure = if state.public_url.starts_with("https://") {
-        "; Secure"
-    } else {
-        ""
-    };
-    let cookie = format!(
-        "{VNC_COOKIE}={token}; Path=/v1/sandboxes/{id}/vnc; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
-    );
-    let mut response = (
-        StatusCode::SEE_OTHER,
-        [(header::LOCATION, format!("/v1/sandboxes/{id}/vnc/"))],
-    )
-        .into_response();
-    if let Ok(value) = HeaderValue::from_str(&cookie) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
 }
 
 /// `GET /v1/sandboxes/{id}/vnc/session`: what the viewer cookie allows.

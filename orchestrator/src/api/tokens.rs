@@ -4,6 +4,8 @@ use axum::Extension;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::http::header::{self, HeaderValue};
+use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -110,4 +112,37 @@ pub async fn revoke(
         .revoke_tokens(&id, caller.owner(), Some(&token_id))
         .await?;
     Ok(Json(Revoked { revoked }))
+}
+
+/// The cookie carrying a viewer token (scoped to one sandbox's `/vnc` path).
+pub const VNC_COOKIE: &str = "agentbox_vnc";
+
+/// Trades a viewer token for the viewer cookie (HttpOnly, SameSite=Strict, scoped to the
+/// sandbox's `/vnc` path, for `max_age` seconds) and sends the browser to the viewer page.
+pub(super) fn viewer_cookie_redirect(
+    state: &AppState,
+    id: &str,
+    token: &str,
+    max_age: i64,
+) -> Response {
+    let secure = if state.public_url.starts_with("https://") {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{VNC_COOKIE}={token}; Path=/v1/sandboxes/{id}/vnc; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}"
+    );
+    let mut response = (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, format!("/v1/sandboxes/{id}/vnc/"))],
+    )
+        .into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
 }

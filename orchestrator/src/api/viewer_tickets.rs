@@ -199,7 +199,7 @@ pub async fn redeem(state: &AppState, sandbox_id: &str, ticket: &str) -> Respons
         .await;
     match issued {
         Ok((token, _)) => {
-            super::proxy::viewer_cookie_redirect(state, sandbox_id, &token, VIEWER_TTL_SECS)
+            super::tokens::viewer_cookie_redirect(state, sandbox_id, &token, VIEWER_TTL_SECS)
         }
         Err(error) => ApiError::from(error).into_response(),
     }

@@ -1,9 +1,10 @@
 //! `/v1/file/*` through the router (`oneshot`, no socket) on a real temporary directory as the
 //! only allowed root: every operation's happy path with AIO's field names, path escapes (each
-//! refused with 403 and the outside untouched: `escapes`), size limits (413), bad bodies
-//! (400/422).
+//! refused with 403 and the outside untouched: `escapes`), sockets, FIFOs and documents the
+//! editor does not read (`not_text`), size limits (413), bad bodies (400/422).
 
 mod escapes;
+mod not_text;
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -337,36 +338,6 @@ async fn write_then_read_text_ranges_and_binary() {
         message.contains("cannot gain root") || message.contains("can gain root"),
         "{message}"
     );
-}
-
-#[tokio::test]
-async fn sockets_and_fifos_are_not_files() {
-    let f = Fixture::new(ROOMY);
-    let socket = f.root.path().join("workspace/api.sock");
-    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let fifo = f.root.path().join("workspace/pipe");
-    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    for (route, body) in [
-        ("/v1/file/read", json!({"file": "api.sock"})),
-        ("/v1/file/read", json!({"file": "pipe"})),
-        (
-            "/v1/file/write",
-            json!({"file": "api.sock", "content": "x"}),
-        ),
-        ("/v1/file/write", json!({"file": "pipe", "content": "x"})),
-    ] {
-        // A FIFO must not hang the request, whichever way it is opened.
-        let (status, answer) = f.post(route, body.clone()).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{route} {body}: {answer}");
-        assert!(
-            answer["message"]
-                .as_str()
-                .unwrap()
-                .contains("not a regular file")
-        );
-    }
-    let (_, headers, _) = f.download("pipe").await;
-    assert!(!headers.contains_key("content-disposition"));
 }
 
 #[tokio::test]
@@ -893,23 +864,6 @@ async fn str_replace_editor_commands_and_undo() {
         editor(json!({"command": "view", "path": path, "page_range": [1, 2]})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["detail"][0]["loc"], json!(["body", "page_range"]));
-
-    // A document format the editor does not read is named as such (issue 27), not reported as
-    // "not UTF-8 text"; the file is left as it was.
-    let docx = f.at("workspace/edit/report.docx");
-    std::fs::write(&docx, b"PK\x03\x04\xff\xfe a zip, not text").unwrap();
-    let (status, body) = editor(json!({"command": "view", "path": docx})).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["detail"][0]["loc"], json!(["body", "path"]));
-    let message = body["message"].as_str().unwrap();
-    assert!(
-        message.contains("a Word document") && message.contains("pptx"),
-        "{message}"
-    );
-    assert_eq!(
-        std::fs::read(&docx).unwrap(),
-        b"PK\x03\x04\xff\xfe a zip, not text"
-    );
 }
 
 #[tokio::test]
