@@ -347,6 +347,8 @@ main() {
   step "benchmark harness smoke run (orchestrator)" \
     bench orchestrator \
     --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
+  step "benchmark harness smoke run (pause, 1 iteration)" \
+    bench pause --iterations 1 --hold-ms 200
   step "benchmark harness smoke run (run steps, 1 iteration)" \
     bench run-steps --iterations 1
   step "benchmark harness smoke run (claims, 6 claims)" \

@@ -42,6 +42,10 @@ const HARNESSES: &[(&str, &str)] = &[
         "orchestrator",
         "cold create, warm claim, proxy overhead, API under load",
     ),
+    (
+        "pause",
+        "pause and resume through the orchestrator against docker pause/unpause",
+    ),
     ("run-steps", "per-step overhead of a computer-use run"),
     (
         "a2a",
@@ -72,6 +76,7 @@ fn main() -> ExitCode {
             "first-view" => harness::first_view::main().await,
             "memory" => harness::memory::main().await,
             "orchestrator" => harness::orchestrator::main().await,
+            "pause" => harness::pause::main().await,
             "run-steps" => harness::run_steps::main().await,
             "a2a" => harness::a2a::main().await,
             _ => Err(anyhow::anyhow!("unknown harness {name:?}")),

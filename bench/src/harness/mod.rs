@@ -8,6 +8,7 @@ pub mod file_watch;
 pub mod first_view;
 pub mod memory;
 pub mod orchestrator;
+pub mod pause;
 pub mod run_steps;
 pub mod shell_exec;
 pub mod startup;
