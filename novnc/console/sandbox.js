@@ -58,6 +58,23 @@ async function main() {
   const sandbox = await firstUpdate();
   if (!sandbox || sandbox === true) return;
   $('error').textContent = '';
+  if (sandbox.status === 'paused') {
+    // Paused: frozen with everything kept; resuming brings the desktop back where it was.
+    const resume = el('button', { type: 'button', id: 'resume' }, 'Resume');
+    resume.addEventListener('click', async () => {
+      resume.disabled = true;
+      try {
+        await api(`${path}/resume`, { method: 'POST' });
+        location.reload();
+      } catch (error) {
+        resume.disabled = false;
+        $('error').textContent = `Could not resume: ${error.message}`;
+      }
+    });
+    $('desktop-section').replaceChildren(el('p', { class: 'notice' },
+      'The sandbox is paused: its processes are frozen and kept. ', resume));
+    return;
+  }
   if (sandbox.status !== 'ready' && sandbox.status !== 'degraded') {
     $('desktop-section').replaceChildren(el('p', { class: 'notice warn' }, `The sandbox is ${sandbox.status}: no live desktop.`));
     return;
@@ -68,6 +85,7 @@ async function main() {
     why: async () => {
       try {
         const now = await api(path, { quiet401: true });
+        if (now.status === 'paused') return 'The sandbox was paused: reload the page to resume it.';
         return now.status === 'ready' || now.status === 'degraded' ? null : `The sandbox is ${now.status}: the desktop is gone.`;
       } catch (error) {
         if (error.status === 404) return 'The sandbox has ended and was removed: the desktop is gone.';

@@ -97,12 +97,16 @@ async function main() {
       why: async () => {
         const now = await read();
         if (now.ended) return `This link no longer opens the desktop: ${now.ended}.`;
+        if (now.run?.sandbox_paused) return 'The sandbox was paused: the desktop comes back when it is resumed (reload then).';
         if (now.run && !now.run.sandbox_live) return 'The sandbox has ended: the desktop is gone. The timeline stays readable.';
         return null;
       },
     });
     desktop.setControl(false, 'View only');
     desktop.start();
+  } else if (run.sandbox_paused) {
+    $('desktop-section').replaceChildren(el('p', { class: 'notice' },
+      'The sandbox of this run is paused: the live desktop comes back when it is resumed (reload then).'));
   } else {
     $('desktop-section').replaceChildren(el('p', { class: 'notice warn' },
       'The sandbox of this run has ended: the live desktop is gone. The timeline stays readable.'));

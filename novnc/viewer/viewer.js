@@ -13,6 +13,8 @@ document.getElementById('sandbox').textContent = sandboxId;
 
 let rfb = null;
 let retryDelay = 1000;
+/** How often a viewer of a sandbox that is not ready (paused, say) looks again. */
+const WAITING_RETRY_MS = 5000;
 
 function say(text, isError = false) {
   stateEl.textContent = text;
@@ -25,6 +27,12 @@ async function session() {
     const body = await response.json().catch(() => ({}));
     const message = body?.error?.message || 'this viewer link is no longer valid';
     return { ended: true, message };
+  }
+  if (response.status === 409) {
+    // Not ready: paused (frozen until someone resumes it), or starting, or going away.
+    const body = await response.json().catch(() => ({}));
+    const message = body?.error?.message || 'the sandbox is not ready';
+    return { waiting: true, message };
   }
   if (!response.ok) {
     return { retry: true, message: `the orchestrator answered ${response.status}` };
@@ -46,6 +54,12 @@ async function connect() {
   }
   if (info.retry) {
     scheduleRetry(info.message);
+    return;
+  }
+  if (info.waiting) {
+    // A paused sandbox is not an error: show its state and look again every few seconds.
+    say(/\bpaused\b/.test(info.message) ? `Paused: ${info.message}` : info.message);
+    connectLater(WAITING_RETRY_MS);
     return;
   }
   const viewOnly = info.scope !== 'control';

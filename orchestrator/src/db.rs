@@ -757,17 +757,40 @@ impl Store {
         Ok(())
     }
 
-    /// Marks a live sandbox paused at `at`; false when it was not live (nothing changed).
+    /// Marks a live sandbox paused at `at`; false when it was not live or a run is queued or
+    /// running on it (nothing changed).
     pub async fn mark_paused(&self, id: &str, at: i64) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE sandboxes SET status = 'paused', paused_at = $1 WHERE id = $2 \
-             AND status IN ('ready', 'degraded')",
+             AND status IN ('ready', 'degraded') AND NOT EXISTS (SELECT 1 FROM runs \
+             WHERE runs.sandbox_id = $2 AND runs.status IN ('queued', 'running'))",
         )
         .bind(at)
         .bind(id)
         .execute(&self.writer)
         .await
         .map_err(query_error("mark paused"))?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Puts a paused sandbox back as it was before a pause that failed (its status and error;
+    /// its idle clock untouched).
+    pub async fn unmark_paused(
+        &self,
+        id: &str,
+        status: SandboxStatus,
+        error: Option<&str>,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET status = $1, error = $2, paused_at = NULL WHERE id = $3 \
+             AND status = 'paused'",
+        )
+        .bind(status.as_str())
+        .bind(error)
+        .bind(id)
+        .execute(&self.writer)
+        .await
+        .map_err(query_error("unmark paused"))?;
         Ok(done.rows_affected() > 0)
     }
 

@@ -475,14 +475,17 @@ async fn share_run(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (run, claims, _, _) = share_access(&state, &id, &headers).await?;
-    let sandbox_live = match &run.sandbox_id {
+    let sandbox_status = match &run.sandbox_id {
         Some(sandbox) => state
             .sandboxes
             .get(sandbox, None)
             .await
-            .is_ok_and(|s| s.status.is_live()),
-        None => false,
+            .ok()
+            .map(|s| s.status),
+        None => None,
     };
+    let sandbox_live = sandbox_status.is_some_and(|s| s.is_live());
+    let sandbox_paused = sandbox_status == Some(crate::db::SandboxStatus::Paused);
     let body = serde_json::json!({
         "id": run.id,
         "status": run.status.as_str(),
@@ -493,6 +496,7 @@ async fn share_run(
         "created_at": rfc3339(run.created_at),
         "ended_at": run.ended_at.map(rfc3339),
         "sandbox_live": sandbox_live,
+        "sandbox_paused": sandbox_paused,
         "link_expires_at": rfc3339(claims.exp),
     });
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())

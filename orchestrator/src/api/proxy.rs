@@ -461,7 +461,11 @@ async fn vnc_page(
     let query = request.uri().query().map(str::to_owned);
     let (token, from_query, claims, _) =
         vnc_token(&state, &id, request.headers(), query.as_deref()).await?;
-    state.sandboxes.get_ready(&id, None).await?;
+    // A paused sandbox's viewer page loads and says so: its session answers 409 naming the
+    // state until the sandbox is resumed (or, with `auto_resume`, resumes it).
+    if state.sandboxes.get(&id, None).await?.status != crate::db::SandboxStatus::Paused {
+        state.sandboxes.get_ready(&id, None).await?;
+    }
     if from_query {
         let max_age = ((claims.exp - crate::secret::now_ms()) / 1000).max(0);
         return Ok(super::tokens::viewer_cookie_redirect(

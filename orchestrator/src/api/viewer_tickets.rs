@@ -33,8 +33,8 @@ use crate::tokens::Scope;
 
 /// How long a ticket may wait for its one use (sandboxd's own tickets' lifetime).
 pub const TICKET_TTL: Duration = Duration::from_secs(60);
-/// How long the viewer a ticket opens lasts.
-const VIEWER_TTL_SECS: i64 = 3600;
+/// How long the viewer a ticket opens lasts (a viewer token's default).
+const VIEWER_TTL_SECS: i64 = super::tokens::DEFAULT_TTL_SECS;
 /// The largest `POST /tickets` body read.
 const MAX_TICKET_REQUEST: usize = 16 * 1024;
 /// At most this many tickets wait at once (older ones are dropped first).

@@ -589,6 +589,11 @@ impl Runs {
     /// Cancels a run; answers once its final `canceled` status is written.
     pub async fn cancel(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
         let active = self.driven(id, owner).await?;
+        // A paused sandbox is resumed first: the run's last copy of `~/outputs` reads it. (Its
+        // turn is not held: the run's end may remove a sandbox it took.)
+        if let Err(error) = self.wake(&self.get(id, owner).await?).await {
+            tracing::warn!(run_id = %id, %error, "the canceled run's paused sandbox was not resumed");
+        }
         let started = {
             let mut gate = active.start.lock().map_err(|_| poisoned())?;
             if !gate.started {
@@ -623,7 +628,7 @@ impl Runs {
             )));
         }
         let active = self.started(id, owner).await?;
-        self.wake(&self.get(id, owner).await?).await?;
+        let _turn = self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.take_over().await)?;
         self.get(id, owner).await
     }
@@ -636,7 +641,7 @@ impl Runs {
         note: Option<String>,
     ) -> Result<RunRecord, RunError> {
         let active = self.started(id, owner).await?;
-        self.wake(&self.get(id, owner).await?).await?;
+        let _turn = self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.hand_back(note).await)?;
         self.get(id, owner).await
     }
@@ -662,7 +667,7 @@ impl Runs {
     ) -> Result<RunRecord, RunError> {
         validate::run_text("text", &text)?;
         let active = self.started(id, owner).await?;
-        self.wake(&self.get(id, owner).await?).await?;
+        let _turn = self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.answer_with_id(text, message_id).await)?;
         self.get(id, owner).await
     }

@@ -1,6 +1,7 @@
 //! A run whose sandbox is paused: the run's log says so (`sandbox.paused`, `sandbox.resumed`),
-//! and whatever makes the run act again (an answer, a takeover, a hand-back) resumes the
-//! sandbox first, so the agent never meets a frozen computer.
+//! and whatever makes the run act again (an answer, a takeover, a hand-back, a cancel, whose
+//! last copy of `~/outputs` needs the sandbox) resumes the sandbox first, so the agent never
+//! meets a frozen computer.
 //!
 //! A sandbox is only paused while its run waits (`sandboxes::pause` refuses while a run is
 //! queued or running), so these events never interleave with an action's.
@@ -63,20 +64,26 @@ impl Runs {
         }
     }
 
-    /// Resumes the run's sandbox when it is paused (the run is about to act), and says so in
-    /// its log.
-    pub(crate) async fn wake(&self, run: &RunRecord) -> Result<(), RunError> {
+    /// Resumes the run's sandbox when it is paused (the run is about to act), says so in its
+    /// log, and returns the sandbox's turn: no pause can start until it is dropped, which the
+    /// caller does once the loop has taken what makes it act (then the run is running, which
+    /// refuses a pause by itself).
+    pub(crate) async fn wake(
+        &self,
+        run: &RunRecord,
+    ) -> Result<Option<tokio::sync::OwnedMutexGuard<()>>, RunError> {
         let Some(sandbox_id) = &run.sandbox_id else {
-            return Ok(());
+            return Ok(None);
         };
+        let turn = self.sandboxes.transition_turn(sandbox_id).await;
         let paused = matches!(
             self.store.sandbox(sandbox_id).await?,
             Some(sandbox) if sandbox.status == SandboxStatus::Paused
         );
         if !paused {
-            return Ok(());
+            return Ok(Some(turn));
         }
-        self.sandboxes.get_awake(sandbox_id, None).await?;
+        self.sandboxes.awake_in_turn(sandbox_id, &turn).await?;
         if let Some(active) = self.active(&run.id) {
             let event = RunEvent::SandboxResumed {
                 sandbox_id: sandbox_id.clone(),
@@ -84,7 +91,7 @@ impl Runs {
             };
             self.append_outside_loop(&run.id, &active, &event).await;
         }
-        Ok(())
+        Ok(Some(turn))
     }
 
     /// Appends an event to a run this process drives, from outside its loop (which is waiting:

@@ -767,3 +767,36 @@ async fn a_waiting_runs_sandbox_may_be_paused_and_the_run_resumes_it_when_it_act
     assert!(fake.actions().len() > at_pause);
     assert_eq!(pressed(&fake), keys);
 }
+
+#[tokio::test]
+async fn canceling_a_waiting_run_resumes_its_paused_sandbox_for_the_last_copy() {
+    let f = Fixture::new(LONG_LEASE).await;
+    let runs = f.process();
+    let (sandbox, fake) = f.sandbox().await;
+    let mut steps = presses(&["a", "b"]);
+    steps.push(final_step("done"));
+    let mut held = fake.hold_next_action();
+    let run = f
+        .start(
+            &runs,
+            &f.script("cancel-paused", json!(steps)),
+            Some(&sandbox.id),
+        )
+        .await;
+    held.reached().await;
+    let take_over = tokio::spawn({
+        let runs = runs.clone();
+        let id = run.id.clone();
+        async move { runs.take_over(&id, Some(OWNER)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    held.release();
+    take_over.await.unwrap().expect("the takeover");
+    f.h.sandboxes.pause(&sandbox.id, Some(OWNER)).await.unwrap();
+
+    let canceled = runs.cancel(&run.id, Some(OWNER)).await.expect("the cancel");
+    assert_eq!(canceled.status, RunStatus::Canceled);
+    assert!(!f.h.platform.container_of(&sandbox.id).unwrap().paused);
+    let kinds = kinds(&f.events(&run.id).await);
+    assert!(kinds.iter().any(|k| k == "sandbox.resumed"), "{kinds:?}");
+}

@@ -8,8 +8,9 @@
 //! **Invariants:** a sandbox is paused only while no run drives it (a run that is queued or
 //! running: the agent's next action would meet a frozen computer); a run that waits (for an
 //! answer, or held by a person) may have its sandbox paused, and anything that makes it act
-//! again resumes it first (see `runs`). Pause and resume of one sandbox take turns (a lock per
-//! sandbox): concurrent auto-resumes thaw it once. Each change is published on
+//! again resumes it first and holds the sandbox's turn until the loop has taken it (see
+//! `runs::paused`). Pause, resume and removal of one sandbox take turns (a lock per sandbox):
+//! concurrent auto-resumes thaw it once. Each change is published on
 //! [`Sandboxes::lifecycle`] for the runs to put in their event logs.
 
 use std::sync::Arc;
@@ -128,6 +129,11 @@ impl Sandboxes {
                 record.status.as_str()
             )));
         }
+        if !self.is_mine(&record) {
+            return Err(SandboxError::Conflict(format!(
+                "sandbox {id} is run by another orchestrator instance; resume it there"
+            )));
+        }
         self.thaw(record, Why::Asked).await
     }
 
@@ -138,7 +144,28 @@ impl Sandboxes {
         id: &str,
         owner: Option<&str>,
     ) -> Result<SandboxRecord, SandboxError> {
-        self.ready_or_resume(id, owner, Why::Run).await
+        let turn = self.transition_turn(id).await;
+        self.get(id, owner).await?;
+        self.awake_in_turn(id, &turn).await
+    }
+
+    /// Takes the sandbox's turn for pauses and resumes: while it is held no pause can start.
+    /// A run holds it from waking its sandbox until its loop has taken what makes it act.
+    pub async fn transition_turn(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        self.transition_lock(id).lock_owned().await
+    }
+
+    /// [`get_awake`](Self::get_awake) for a caller holding the sandbox's turn.
+    pub async fn awake_in_turn(
+        &self,
+        id: &str,
+        _turn: &tokio::sync::OwnedMutexGuard<()>,
+    ) -> Result<SandboxRecord, SandboxError> {
+        let current = self.get(id, None).await?;
+        if current.status == SandboxStatus::Paused && self.is_mine(&current) {
+            return self.thaw(current, Why::Run).await;
+        }
+        not_ready_unless_live(current)
     }
 
     /// [`get_ready`](Self::get_ready)'s work: a paused sandbox is resumed for `why` when that
@@ -198,6 +225,11 @@ impl Sandboxes {
                 "sandbox {id} is run by another orchestrator instance; pause it there"
             )));
         }
+        if why == Why::Idle && !self.idle_pause_due(&record, self.clock.now_ms()) {
+            return Err(SandboxError::Conflict(format!(
+                "sandbox {id} is no longer idle"
+            )));
+        }
         if let Some((run_id, status)) = self.store.active_run_on(&id).await?
             && matches!(status, RunStatus::Queued | RunStatus::Running)
         {
@@ -214,16 +246,19 @@ impl Sandboxes {
         };
         let now = self.clock.now_ms();
         // The row first: from here the proxies let nothing new through to a container that is
-        // about to freeze.
+        // about to freeze. The write itself refuses if a run was queued or started meanwhile.
         if !self.store.mark_paused(&id, now).await? {
             return Err(SandboxError::Conflict(format!(
-                "sandbox {id} changed state meanwhile"
+                "sandbox {id} changed state, or a run started on it, meanwhile"
             )));
         }
         self.sessions.end_sandbox(&id, "the sandbox was paused");
         if let Err(error) = self.backend.pause(&container_id).await {
-            let _ = self.store.mark_resumed(&id, self.clock.now_ms()).await;
-            tracing::warn!(sandbox_id = %id, %error, "pausing the sandbox failed; it stays ready");
+            let _ = self
+                .store
+                .unmark_paused(&id, record.status, record.error.as_deref())
+                .await;
+            tracing::warn!(sandbox_id = %id, %error, "pausing the sandbox failed; it stays as it was");
             return Err(error.into());
         }
         let reason = why.pause_reason().to_string();
@@ -250,6 +285,12 @@ impl Sandboxes {
         match self.backend.inspect(container_id).await? {
             Some(info) if info.running => {}
             _ => {
+                // Gone because it is being deleted (a delete does not wait for this turn):
+                // that is the delete's to report.
+                match self.store.sandbox(&id).await? {
+                    Some(now) if now.status == SandboxStatus::Paused => {}
+                    _ => return Err(SandboxError::NotFound(id)),
+                }
                 self.mark_lost(&record, "the container is gone").await;
                 return Err(SandboxError::Conflict(format!(
                     "sandbox {id} is lost: its container is gone"
@@ -263,6 +304,10 @@ impl Sandboxes {
             match self.sandboxd.activity(address, &key).await {
                 Ok(_) => break,
                 Err(error) if self.clock.now() >= deadline => {
+                    // Thawed: the row says so, and the heartbeat decides what it is now
+                    // (degraded, or lost when its container went away).
+                    let _ = self.store.mark_resumed(&id, self.clock.now_ms()).await;
+                    self.activity.touch(&id);
                     tracing::warn!(sandbox_id = %id, %error, "a resumed sandbox does not answer");
                     return Err(SandboxError::Unresponsive(format!(
                         "sandbox {id} was resumed, but its sandboxd did not answer within {} s: \
@@ -274,7 +319,11 @@ impl Sandboxes {
             }
         }
         let now = self.clock.now_ms();
-        self.store.mark_resumed(&id, now).await?;
+        if !self.store.mark_resumed(&id, now).await? {
+            return Err(SandboxError::Conflict(format!(
+                "sandbox {id} changed state while it was resumed"
+            )));
+        }
         self.activity.touch(&id);
         let reason = why.resume_reason().to_string();
         tracing::info!(sandbox_id = %id, reason, "sandbox resumed");
@@ -325,6 +374,19 @@ impl Sandboxes {
     pub(crate) async fn check_paused(&self, record: &SandboxRecord) {
         let gone = match &record.container_id {
             Some(container_id) => match self.backend.inspect(container_id).await {
+                Ok(Some(info)) if info.running && !info.paused => {
+                    // Thawed behind the lifecycle's back (`docker unpause`): live again, and
+                    // heartbeats from now on.
+                    if let Ok(true) = self
+                        .store
+                        .mark_resumed(&record.id, self.clock.now_ms())
+                        .await
+                    {
+                        self.activity.touch(&record.id);
+                        tracing::info!(sandbox_id = %record.id, "a paused sandbox's container runs again");
+                    }
+                    false
+                }
                 Ok(Some(info)) => !info.running,
                 Ok(None) => true,
                 Err(_) => false, // the platform is unreachable: decide later

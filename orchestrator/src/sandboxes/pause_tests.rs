@@ -242,3 +242,74 @@ fn idle_pause_reads_zero_as_never_and_bounds_the_rest() {
     assert_eq!(refused.field, "idle_pause_secs");
     assert!(pause::idle_pause(Some(3601), None, 3600).is_err());
 }
+
+#[tokio::test]
+async fn another_instances_paused_sandbox_is_left_to_it() {
+    let h = Harness::new().await;
+    let sandbox = create(&h, CreateSpec::default()).await;
+    h.sandboxes.pause(&sandbox.id, Some(OWNER)).await.unwrap();
+    // The row now names another orchestrator instance (sharing the database).
+    let mut theirs = h.row(&sandbox.id).await.unwrap();
+    h.store.delete_sandbox(&theirs.id).await.unwrap();
+    theirs.instance = Some("another-instance".into());
+    h.store.insert_sandbox(&theirs).await.unwrap();
+
+    let refused = conflict(h.sandboxes.resume(&sandbox.id, Some(OWNER)).await);
+    assert!(
+        refused.contains("another orchestrator instance"),
+        "{refused}"
+    );
+    let row = h.row(&sandbox.id).await.unwrap();
+    assert_eq!(row.status, SandboxStatus::Paused, "not marked lost");
+    assert!(h.platform.container_of(&sandbox.id).unwrap().paused);
+}
+
+#[tokio::test]
+async fn a_failed_pause_puts_the_sandbox_back_as_it_was() {
+    let h = Harness::new().await;
+    let sandbox = create(&h, spec(false, Some(30), 600)).await;
+    h.platform
+        .set_not_ready(&sandbox.id, &["chromium (starting)"]);
+    h.sandboxes.heartbeat_once().await.unwrap();
+    let degraded = h.row(&sandbox.id).await.unwrap();
+    assert_eq!(degraded.status, SandboxStatus::Degraded);
+
+    h.clock.advance(Duration::from_secs(31));
+    h.platform.fail_next(Step::Pause, "the freezer is busy");
+    h.sandboxes.reap_once().await.unwrap();
+    let after = h.row(&sandbox.id).await.unwrap();
+    assert_eq!(after.status, SandboxStatus::Degraded);
+    assert_eq!(after.error, degraded.error);
+    assert_eq!(
+        after.last_active_at, degraded.last_active_at,
+        "a failed pause is not activity"
+    );
+    // The next pass pauses it.
+    h.sandboxes.reap_once().await.unwrap();
+    assert_eq!(
+        h.row(&sandbox.id).await.unwrap().status,
+        SandboxStatus::Paused
+    );
+    h.assert_nothing_leaks().await;
+}
+
+#[tokio::test]
+async fn a_container_frozen_or_thawed_behind_the_lifecycle_is_followed() {
+    let h = Harness::new().await;
+    let frozen = create(&h, CreateSpec::default()).await;
+    let thawed = create(&h, CreateSpec::default()).await;
+    h.sandboxes.pause(&thawed.id, Some(OWNER)).await.unwrap();
+    h.platform.set_paused(&frozen.id, true);
+    h.platform.set_paused(&thawed.id, false);
+
+    h.sandboxes.heartbeat_once().await.unwrap();
+    assert_eq!(
+        h.row(&frozen.id).await.unwrap().status,
+        SandboxStatus::Paused
+    );
+    assert_eq!(
+        h.row(&thawed.id).await.unwrap().status,
+        SandboxStatus::Ready
+    );
+    h.assert_nothing_leaks().await;
+}

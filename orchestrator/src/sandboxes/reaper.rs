@@ -229,8 +229,14 @@ impl Sandboxes {
             let id = record.id.clone();
             // A run that drives it, or a change meanwhile, refuses the pause: tried again on
             // the next pass while it stays idle.
-            if let Err(error) = self.pause_record(record, super::Why::Idle).await {
-                tracing::debug!(sandbox_id = %id, %error, "idle sandbox not paused");
+            match self.pause_record(record, super::Why::Idle).await {
+                Ok(_) => {}
+                Err(error @ super::SandboxError::Conflict(_)) => {
+                    tracing::debug!(sandbox_id = %id, %error, "idle sandbox not paused");
+                }
+                Err(error) => {
+                    tracing::warn!(sandbox_id = %id, %error, "pausing an idle sandbox failed");
+                }
             }
         }
         Ok(())
@@ -323,6 +329,19 @@ impl Sandboxes {
                     None => true,
                 };
                 if !gone {
+                    if let Some(container_id) = &record.container_id
+                        && let Ok(Some(info)) = self.backend.inspect(container_id).await
+                        && info.paused
+                        && !record.pooled
+                        && let Ok(true) = self
+                            .store
+                            .mark_paused(&record.id, self.clock.now_ms())
+                            .await
+                    {
+                        // Frozen behind the lifecycle's back (`docker pause`): the row says so.
+                        tracing::warn!(sandbox_id = %record.id, "the sandbox's container was paused; marked paused");
+                        return;
+                    }
                     tracing::warn!(sandbox_id = %record.id, %error, "heartbeat failed; the container is still there");
                     return;
                 }

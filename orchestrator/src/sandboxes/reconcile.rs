@@ -121,7 +121,10 @@ impl Sandboxes {
                         self.backend.remove(&container.container_id).await?;
                         report.removed_containers += 1;
                     }
-                    let reason = if record.status.is_live() && record.expires_at <= now {
+                    let reason = if (record.status.is_live()
+                        || record.status == SandboxStatus::Paused)
+                        && record.expires_at <= now
+                    {
                         EndReason::Lifetime
                     } else {
                         EndReason::Failed

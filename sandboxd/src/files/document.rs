@@ -51,17 +51,17 @@ impl DocumentKind {
     }
 }
 
-/// Document formats `view` does not read, by extension: their name, for a refusal that says
-/// so (rather than "not UTF-8 text"). Text-based ones (rtf, csv, html) are text to the editor.
+/// Document formats `view` does not read, by extension: their name, for the refusal of such a
+/// file that is not text (rather than "not UTF-8 text"). Extensions other programs use for text
+/// (`.dot` for Graphviz, `.key` for PEM keys) are not listed; rtf, csv and html are text.
 pub fn unsupported_format(path: &Path) -> Option<&'static str> {
     let extension = path.extension()?.to_str()?.to_ascii_lowercase();
     Some(match extension.as_str() {
         "docx" | "docm" | "dotx" => "a Word document",
-        "doc" | "dot" => "a Word 97-2003 document",
+        "doc" => "a Word 97-2003 document",
         "odt" => "an OpenDocument text",
         "ppt" | "pps" => "a PowerPoint 97-2003 presentation",
         "odp" => "an OpenDocument presentation",
-        "key" => "a Keynote presentation",
         "pages" => "a Pages document",
         "numbers" => "a Numbers spreadsheet",
         "epub" => "an EPUB book",
@@ -70,7 +70,8 @@ pub fn unsupported_format(path: &Path) -> Option<&'static str> {
 }
 
 /// What the editor's `view` reads besides text, for refusals.
-pub const SUPPORTED_DOCUMENTS: &str = "PDF (page_range), spreadsheets: xlsx, xlsm, xlsb, xls, ods      (sheet_name, row_range) and presentations: pptx (slide_range)";
+pub const SUPPORTED_DOCUMENTS: &str =
+    "PDF (page_range), spreadsheets (sheet_name, row_range) and presentations (slide_range)";
 
 /// What went wrong viewing a document.
 #[derive(Debug, thiserror::Error)]

@@ -427,14 +427,19 @@ impl Files {
     fn read_text(&self, r: &Resolved, shown: &str) -> Result<String, FileError> {
         let bytes = self.read_limited(r)?;
         String::from_utf8(bytes).map_err(|error| {
-            FileError::invalid(
-                "path",
-                format!(
+            let message = match super::document::unsupported_format(&r.requested) {
+                Some(format) => format!(
+                    "{shown} is {format}, which the editor cannot read; it views text files, {}. \
+                     Convert it to PDF or text first",
+                    super::document::SUPPORTED_DOCUMENTS
+                ),
+                None => format!(
                     "{shown} is not UTF-8 text (invalid byte at offset {}); the editor works on \
                      text files",
                     error.utf8_error().valid_up_to()
                 ),
-            )
+            };
+            FileError::invalid("path", message)
         })
     }
 

@@ -255,6 +255,29 @@ def test_signing_out_closes_the_open_desktop(orchestrator, browser, admin_key):
     orchestrator.api("DELETE", f"/v1/sandboxes/{sandbox['id']}")
 
 
+def test_a_paused_sandbox_is_shown_paused_and_resumed_from_its_page(orchestrator, browser, admin_key):
+    """A desktop open when its sandbox is paused says so (not "gone"); the sandbox page of a
+    paused sandbox offers Resume, which brings the live desktop back."""
+    sandbox = orchestrator.api("POST", "/v1/sandboxes", json={"metadata": {"test": "pause"}}).json()
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    sign_in(page, orchestrator.url, admin_key)
+    expect(page).to_have_url(re.compile(r"/runs$"))
+    page.goto(f"{orchestrator.url}/sandboxes/{sandbox['id']}")
+    expect(page.locator(".desktop")).to_have_attribute("data-state", "live", timeout=60_000)
+    paused = orchestrator.api("POST", f"/v1/sandboxes/{sandbox['id']}/pause")
+    assert paused.status_code == 200, paused.text
+    expect(page.locator(".desktop .gone")).to_contain_text("paused", timeout=10_000)
+    page.reload()
+    resume = page.get_by_role("button", name="Resume")
+    expect(resume).to_be_visible()
+    resume.click()
+    expect(page.locator(".desktop")).to_have_attribute("data-state", "live", timeout=60_000)
+    assert orchestrator.api("GET", f"/v1/sandboxes/{sandbox['id']}").json()["status"] == "ready"
+    context.close()
+    orchestrator.api("DELETE", f"/v1/sandboxes/{sandbox['id']}")
+
+
 def test_the_console_end_to_end(orchestrator, browser, shots, admin_key):
     context = browser.new_context(viewport=DESKTOP, accept_downloads=True)
     page = context.new_page()

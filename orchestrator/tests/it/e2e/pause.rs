@@ -85,6 +85,8 @@ async fn a_paused_sandbox_keeps_its_page_and_processes_and_resumes_where_it_was(
         .context("count")?;
     let counted_at = Instant::now();
 
+    let viewer = orchestrator.token(&id, "view").await?;
+    let viewer = viewer["token"].as_str().context("token")?.to_string();
     let (status, paused) = post(
         &orchestrator,
         &format!("/v1/sandboxes/{id}/pause"),
@@ -118,6 +120,28 @@ async fn a_paused_sandbox_keeps_its_page_and_processes_and_resumes_where_it_was(
     )
     .await?;
     assert_eq!(status, 409, "{again}");
+    // A viewer sees the state: its page loads, its session says paused (the page shows it).
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let page = no_redirects
+        .get(orchestrator.u(&format!("/v1/sandboxes/{id}/vnc/?token={viewer}")))
+        .send()
+        .await?;
+    assert_eq!(page.status(), 303);
+    let session = no_redirects
+        .get(orchestrator.u(&format!("/v1/sandboxes/{id}/vnc/session?token={viewer}")))
+        .send()
+        .await?;
+    assert_eq!(session.status(), 409);
+    let said: Value = session.json().await?;
+    assert!(
+        said["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("paused"),
+        "{said}"
+    );
     let (_, listed) = orchestrator.get("/v1/sandboxes?status=paused").await?;
     let listed: Vec<&str> = listed["sandboxes"]
         .as_array()

@@ -79,19 +79,6 @@ pub(super) async fn view(
             ))
         });
     }
-    if kind.is_none()
-        && let Some(format) = document::unsupported_format(Path::new(&request.path))
-    {
-        return Some(Err(ApiError::invalid(
-            "path",
-            format!(
-                "{} is {format}, which the editor cannot read; it views text files, {}. \
-                 Convert it to PDF or text first",
-                request.path,
-                document::SUPPORTED_DOCUMENTS
-            ),
-        )));
-    }
     if kind.is_none() && fields.is_empty() {
         return None;
     }

@@ -58,9 +58,29 @@ async fn a_document_format_the_editor_does_not_read_is_named() {
         assert_eq!(body["detail"][0]["loc"], json!(["body", "path"]));
         let message = body["message"].as_str().unwrap();
         assert!(
-            message.contains(format) && message.contains("pptx") && message.contains("PDF"),
+            message.contains(format)
+                && message.contains("presentations")
+                && message.contains("PDF"),
             "{message}"
         );
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
+    // Only a file that is not text is refused so: text under such a name is text, and a
+    // missing file is missing.
+    let text = f.at("workspace/notes.doc");
+    std::fs::write(&text, "plain words\n").unwrap();
+    let (status, body) = f
+        .post(
+            "/v1/file/str_replace_editor",
+            json!({"command": "view", "path": text}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = f
+        .post(
+            "/v1/file/str_replace_editor",
+            json!({"command": "view", "path": f.at("workspace/missing.docx")}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 }
