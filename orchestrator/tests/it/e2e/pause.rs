@@ -199,8 +199,20 @@ async fn a_paused_sandbox_keeps_its_page_and_processes_and_resumes_where_it_was(
         docker(&["exec", &container_name(&id), "kill", "-0", sleeper.trim()]).is_ok(),
         "the shell's process survived the pause"
     );
-    // Still alive a while later: the dead-man switch did not count the freeze as idleness.
+    // Still alive a while later: the dead-man switch did not count the freeze as idleness
+    // (counted, it fires at the thaw, before any heartbeat, and the container is gone by now),
+    // and sandboxd said why.
     tokio::time::sleep(Duration::from_secs(4)).await;
+    let logs = agentbox_tests::docker_output(&["logs", &container_name(&id)])?;
+    let logs = format!(
+        "{}{}",
+        String::from_utf8_lossy(&logs.stdout),
+        String::from_utf8_lossy(&logs.stderr)
+    );
+    assert!(
+        logs.contains("woke up late"),
+        "sandboxd did not notice the freeze"
+    );
     let (status, ready) = orchestrator
         .get(&format!("/v1/sandboxes/{id}/api/readyz"))
         .await?;
