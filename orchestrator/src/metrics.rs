@@ -85,6 +85,8 @@ pub struct Metrics {
     pub create_seconds: Family<SourceLabels, Histogram, fn() -> Histogram>,
     pub ended: Family<ReasonLabels, Counter>,
     pub sandboxes_live: Gauge,
+    /// Paused sandboxes: frozen, their memory still held.
+    pub sandboxes_paused: Gauge,
     pub pool_ready: Gauge,
     pub proxy_sessions: Family<KindLabels, Gauge>,
 }
@@ -110,6 +112,7 @@ impl Metrics {
             );
         let ended = Family::<ReasonLabels, Counter>::default();
         let sandboxes_live = Gauge::default();
+        let sandboxes_paused = Gauge::default();
         let pool_ready = Gauge::default();
         let proxy_sessions = Family::<KindLabels, Gauge>::default();
         registry.register(
@@ -143,6 +146,11 @@ impl Metrics {
             sandboxes_live.clone(),
         );
         registry.register(
+            "sandboxes_paused",
+            "Paused sandboxes (frozen, their memory still held)",
+            sandboxes_paused.clone(),
+        );
+        registry.register(
             "pool_ready",
             "Ready sandboxes waiting in the warm pool",
             pool_ready.clone(),
@@ -160,6 +168,7 @@ impl Metrics {
             create_seconds,
             ended,
             sandboxes_live,
+            sandboxes_paused,
             pool_ready,
             proxy_sessions,
         }

@@ -142,6 +142,9 @@ async fn the_reaper_pauses_an_idle_sandbox_then_removes_it_at_its_idle_timeout()
         SandboxStatus::Paused
     );
     assert_eq!(h.row(&never.id).await.unwrap().status, SandboxStatus::Ready);
+    h.sandboxes.reap_once().await.unwrap();
+    assert_eq!(h.metrics.sandboxes_paused.get(), 1, "the paused gauge");
+    assert_eq!(h.metrics.sandboxes_live.get(), 1, "the live gauge");
     h.assert_nothing_leaks().await;
 
     // The heartbeat does not call a frozen sandboxd (it would not answer): the sandbox stays.

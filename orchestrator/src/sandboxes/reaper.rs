@@ -187,6 +187,7 @@ impl Sandboxes {
         let records = self.store.list_sandboxes(&self.mine(None)).await?;
         let now = self.clock.now_ms();
         let mut live = 0;
+        let mut paused = 0;
         let mut removals = Vec::new();
         let mut pauses = Vec::new();
         for record in records {
@@ -203,6 +204,7 @@ impl Sandboxes {
                     }
                 }
                 SandboxStatus::Paused => {
+                    paused += 1;
                     if let Some(reason) = self.paused_end_reason(&record, now) {
                         tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "reaping paused sandbox");
                         removals.push((record, reason));
@@ -219,6 +221,7 @@ impl Sandboxes {
             }
         }
         self.metrics.sandboxes_live.set(live);
+        self.metrics.sandboxes_paused.set(paused);
         join_all(
             removals
                 .iter()
