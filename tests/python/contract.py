@@ -50,10 +50,15 @@ def run(name: str, url: str, key: str, tmp: pathlib.Path, exclude_path_regex: st
     schema = document or ROOT / "docs" / "openapi" / f"{name}.json"
     config = _config(json.loads(schema.read_text()), tmp)
     st = pathlib.Path(sys.executable).parent / "st"
+    # One worker: schemathesis's workers are threads, and CPython 3.11.2 (Debian's) parses
+    # source in several threads with one shared recursion counter, which now and then stops the
+    # run with "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905, fixed
+    # in later releases). That crash, not an answer off the document, failed two of this
+    # suite's runs.
     command = [
         str(st), "--config-file", str(config), "--no-color", "run", str(schema),
         "--url", url, "--header", f"Authorization: Bearer {key}",
-        "--checks", CHECKS, "--max-examples", str(max_examples), "--workers", "2",
+        "--checks", CHECKS, "--max-examples", str(max_examples), "--workers", "1",
         "--request-timeout", "60", "--seed", "1", "--generation-database", "none",
     ]
     if exclude_path_regex:
