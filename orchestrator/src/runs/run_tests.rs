@@ -203,6 +203,23 @@ fn pressed(fake: &FakeSandbox) -> Vec<String> {
         .collect()
 }
 
+/// Takes the run over while the action `held` is in flight: the takeover is asked first, then
+/// the action let go; answers once the run is paused.
+async fn take_over_mid_action(
+    runs: &Arc<Runs>,
+    id: &str,
+    held: crate::testing::computer::Hold,
+) -> RunRecord {
+    let take_over = tokio::spawn({
+        let runs = runs.clone();
+        let id = id.to_string();
+        async move { runs.take_over(&id, Some(OWNER)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    held.release();
+    take_over.await.unwrap().expect("the takeover")
+}
+
 fn final_step(answer: &str) -> serde_json::Value {
     json!({ "action": "FINAL", "answer": answer })
 }
@@ -493,14 +510,7 @@ async fn takeover_pauses_the_agent_and_hand_back_resumes_it() {
     assert!(!*gate.borrow(), "closed while the agent drives");
 
     // Asked while an action is in flight: answered once it finished and the agent paused.
-    let take_over = tokio::spawn({
-        let runs = runs.clone();
-        let id = run.id.clone();
-        async move { runs.take_over(&id, Some(OWNER)).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    held.release();
-    let paused = take_over.await.unwrap().expect("the takeover");
+    let paused = take_over_mid_action(&runs, &run.id, held).await;
     assert_eq!(paused.status, RunStatus::Paused);
     assert!(*gate.borrow(), "open while the person holds control");
     let at_pause = fake.actions().len();
@@ -726,14 +736,7 @@ async fn a_waiting_runs_sandbox_may_be_paused_and_the_run_resumes_it_when_it_act
     assert!(!f.h.platform.container_of(&sandbox.id).unwrap().paused);
 
     // Held by a person, the run waits: its sandbox may be paused, and the log says so.
-    let take_over = tokio::spawn({
-        let runs = runs.clone();
-        let id = run.id.clone();
-        async move { runs.take_over(&id, Some(OWNER)).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    held.release();
-    take_over.await.unwrap().expect("the takeover");
+    take_over_mid_action(&runs, &run.id, held).await;
     f.h.sandboxes.pause(&sandbox.id, Some(OWNER)).await.unwrap();
     eventually("the pause in the run's log", async || {
         kinds(&f.events(&run.id).await).last().map(String::as_str) == Some("sandbox.paused")
@@ -784,14 +787,7 @@ async fn canceling_a_waiting_run_resumes_its_paused_sandbox_for_the_last_copy() 
         )
         .await;
     held.reached().await;
-    let take_over = tokio::spawn({
-        let runs = runs.clone();
-        let id = run.id.clone();
-        async move { runs.take_over(&id, Some(OWNER)).await }
-    });
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    held.release();
-    take_over.await.unwrap().expect("the takeover");
+    take_over_mid_action(&runs, &run.id, held).await;
     f.h.sandboxes.pause(&sandbox.id, Some(OWNER)).await.unwrap();
 
     let canceled = runs.cancel(&run.id, Some(OWNER)).await.expect("the cancel");
