@@ -349,6 +349,8 @@ main() {
     --iterations 1 --claims 2 --running 2 --clients 20 --requests-per-client 5
   step "benchmark harness smoke run (pause, 1 iteration)" \
     bench pause --iterations 1 --hold-ms 200
+  step "benchmark harness smoke run (hibernate, 1 iteration, 2 sandboxes)" \
+    bench hibernate --iterations 1 --sandboxes 2 --forks 2 --files-mib 5 --window-secs 2
   step "benchmark harness smoke run (run steps, 1 iteration)" \
     bench run-steps --iterations 1
   step "benchmark harness smoke run (claims, 6 claims)" \

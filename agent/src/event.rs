@@ -333,6 +333,13 @@ pub enum RunEvent {
     /// The run's sandbox was resumed.
     #[serde(rename = "sandbox.resumed")]
     SandboxResumed { sandbox_id: String, reason: String },
+    /// The run's sandbox was hibernated while the run waited (its container removed, its
+    /// home kept): woken when the run acts again.
+    #[serde(rename = "sandbox.hibernated")]
+    SandboxHibernated { sandbox_id: String, reason: String },
+    /// The run's sandbox was woken from hibernation (a new container with its kept home).
+    #[serde(rename = "sandbox.woken")]
+    SandboxWoken { sandbox_id: String, reason: String },
 }
 
 impl RunEvent {
@@ -356,6 +363,8 @@ impl RunEvent {
             RunEvent::RemoteTask { .. } => "remote.task",
             RunEvent::SandboxPaused { .. } => "sandbox.paused",
             RunEvent::SandboxResumed { .. } => "sandbox.resumed",
+            RunEvent::SandboxHibernated { .. } => "sandbox.hibernated",
+            RunEvent::SandboxWoken { .. } => "sandbox.woken",
         }
     }
 }

@@ -46,6 +46,10 @@ const HARNESSES: &[(&str, &str)] = &[
         "pause",
         "pause and resume through the orchestrator against docker pause/unpause",
     ),
+    (
+        "hibernate",
+        "wake against a cold create, snapshots, forks, idle cost paused and hibernated",
+    ),
     ("run-steps", "per-step overhead of a computer-use run"),
     (
         "a2a",
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
             "memory" => harness::memory::main().await,
             "orchestrator" => harness::orchestrator::main().await,
             "pause" => harness::pause::main().await,
+            "hibernate" => harness::hibernate::main().await,
             "run-steps" => harness::run_steps::main().await,
             "a2a" => harness::a2a::main().await,
             _ => Err(anyhow::anyhow!("unknown harness {name:?}")),

@@ -7,7 +7,7 @@ import { el, clock } from '/assets/console/api.js';
 const KINDS = ['run.status', 'agent.message', 'agent.reasoning', 'action.started', 'action.finished',
   'control.taken', 'control.returned', 'input.requested', 'input.received', 'artifact.created',
   'artifact.skipped', 'error', 'usage', 'remote.submitted', 'remote.task', 'sandbox.paused',
-  'sandbox.resumed'];
+  'sandbox.resumed', 'sandbox.hibernated', 'sandbox.woken'];
 
 const STATUS_TEXT = {
   queued: 'Queued: waiting for a sandbox',
@@ -300,10 +300,17 @@ export class Timeline {
         break;
       }
       case 'sandbox.paused':
-      case 'sandbox.resumed': {
+      case 'sandbox.resumed':
+      case 'sandbox.hibernated':
+      case 'sandbox.woken': {
         const row = this.row(null, true);
         this.mark(row, event.seq);
-        const what = event.type === 'sandbox.paused' ? 'Sandbox paused: ' : 'Sandbox resumed: ';
+        const what = {
+          'sandbox.paused': 'Sandbox paused: ',
+          'sandbox.resumed': 'Sandbox resumed: ',
+          'sandbox.hibernated': 'Sandbox hibernated: ',
+          'sandbox.woken': 'Sandbox woken: ',
+        }[event.type];
         row.append(el('div', {}, el('strong', {}, what), el('span', {}, event.reason), when));
         break;
       }

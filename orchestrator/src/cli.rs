@@ -115,6 +115,10 @@ enum SandboxCommand {
     Pause { ids: Vec<String> },
     /// Resume paused sandboxes.
     Resume { ids: Vec<String> },
+    /// Hibernate sandboxes (remove the container, keep the home on disk).
+    Hibernate { ids: Vec<String> },
+    /// Wake hibernated sandboxes.
+    Wake { ids: Vec<String> },
     /// Run a shell command in a sandbox (through its `/v1/shell/exec`).
     Exec {
         id: String,
@@ -330,6 +334,12 @@ async fn sandbox(client: &Client, command: SandboxCommand) -> anyhow::Result<Exi
         }
         SandboxCommand::Resume { ids } => {
             each_sandbox(client, Method::POST, "/resume", "resumed", ids).await
+        }
+        SandboxCommand::Hibernate { ids } => {
+            each_sandbox(client, Method::POST, "/hibernate", "hibernated", ids).await
+        }
+        SandboxCommand::Wake { ids } => {
+            each_sandbox(client, Method::POST, "/wake", "woken", ids).await
         }
         SandboxCommand::Exec { id, cwd, command } => {
             let command = command
@@ -666,6 +676,8 @@ mod tests {
             paused_at: None,
             auto_resume: false,
             idle_pause_secs: None,
+            hibernated_at: None,
+            idle_hibernate_secs: None,
             urls: crate::api::types::SandboxUrls {
                 api: format!("http://o/v1/sandboxes/{id}/api"),
                 vnc: format!("http://o/v1/sandboxes/{id}/vnc/"),

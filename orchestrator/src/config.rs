@@ -98,6 +98,15 @@ pub struct ServeArgs {
     /// still removed once idle for its idle timeout.
     #[arg(long, env = "AGENTBOX_IDLE_PAUSE_SECS", default_value_t = 0)]
     pub idle_pause_secs: i64,
+    /// Idle this long (seconds), a sandbox is hibernated (its container removed, its home kept
+    /// on disk) until something wakes it, when its create request gives no
+    /// `idle_hibernate_secs`; 0: never. Hibernated, it is still removed once idle for its idle
+    /// timeout.
+    #[arg(long, env = "AGENTBOX_IDLE_HIBERNATE_SECS", default_value_t = 0)]
+    pub idle_hibernate_secs: i64,
+    /// Snapshots one API key may keep.
+    #[arg(long, env = "AGENTBOX_MAX_SNAPSHOTS_PER_KEY", default_value_t = 20)]
+    pub max_snapshots_per_key: usize,
     /// Absolute lifetime when a request gives none, seconds.
     #[arg(long, env = "AGENTBOX_MAX_LIFETIME_SECS", default_value_t = 3600)]
     pub max_lifetime_secs: i64,
@@ -204,6 +213,9 @@ pub struct Settings {
     pub idle_timeout_secs: i64,
     /// `None`: sandboxes are not paused when idle unless their request asks.
     pub idle_pause_secs: Option<i64>,
+    /// `None`: sandboxes are not hibernated when idle unless their request asks.
+    pub idle_hibernate_secs: Option<i64>,
+    pub max_snapshots_per_key: usize,
     pub max_lifetime_secs: i64,
     pub lifetime_cap_secs: i64,
     pub ready_timeout: Duration,
@@ -290,6 +302,8 @@ impl ServeArgs {
             },
             idle_timeout_secs: self.idle_timeout_secs,
             idle_pause_secs: (self.idle_pause_secs > 0).then_some(self.idle_pause_secs),
+            idle_hibernate_secs: (self.idle_hibernate_secs > 0).then_some(self.idle_hibernate_secs),
+            max_snapshots_per_key: self.max_snapshots_per_key,
             max_lifetime_secs: self.max_lifetime_secs,
             lifetime_cap_secs: self.lifetime_cap_secs,
             ready_timeout: Duration::from_secs(self.ready_timeout_secs.max(1)),
@@ -361,6 +375,12 @@ impl ServeArgs {
         if self.idle_pause_secs < 0 || self.idle_pause_secs > self.lifetime_cap_secs {
             return Err(invalid(
                 "idle-pause-secs",
+                "must be between 0 (never) and the lifetime cap",
+            ));
+        }
+        if self.idle_hibernate_secs < 0 || self.idle_hibernate_secs > self.lifetime_cap_secs {
+            return Err(invalid(
+                "idle-hibernate-secs",
                 "must be between 0 (never) and the lifetime cap",
             ));
         }

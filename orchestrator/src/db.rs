@@ -12,10 +12,12 @@
 
 mod console;
 mod credentials;
+mod homes;
 mod runs;
 
 pub use console::ConsoleSessionRecord;
 pub use credentials::CredentialRecord;
+pub use homes::{SnapshotRecord, SnapshotStatus};
 pub use runs::{
     ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StatusChange,
 };
@@ -117,16 +119,25 @@ pub enum SandboxStatus {
     /// Frozen (the cgroup freezer): no CPU, its memory and connections kept, not reachable
     /// through the proxies until it is resumed.
     Paused,
+    /// Its home is being archived before its container goes (`sandboxes::hibernate`).
+    Hibernating,
+    /// No container: its home is kept as an archive until it is woken.
+    Hibernated,
+    /// A new container is being started from its kept home.
+    Waking,
 }
 
 impl SandboxStatus {
-    pub const ALL: [SandboxStatus; 6] = [
+    pub const ALL: [SandboxStatus; 9] = [
         Self::Creating,
         Self::Ready,
         Self::Degraded,
         Self::Deleting,
         Self::Lost,
         Self::Paused,
+        Self::Hibernating,
+        Self::Hibernated,
+        Self::Waking,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -137,6 +148,9 @@ impl SandboxStatus {
             Self::Deleting => "deleting",
             Self::Lost => "lost",
             Self::Paused => "paused",
+            Self::Hibernating => "hibernating",
+            Self::Hibernated => "hibernated",
+            Self::Waking => "waking",
         }
     }
 }
@@ -155,10 +169,8 @@ impl FromStr for SandboxStatus {
             .into_iter()
             .find(|status| status.as_str() == s)
             .ok_or_else(|| {
-                format!(
-                    "unknown status `{s}` (one of creating, ready, degraded, deleting, lost, \
-                     paused)"
-                )
+                let known: Vec<&str> = Self::ALL.iter().map(|s| s.as_str()).collect();
+                format!("unknown status `{s}` (one of {})", known.join(", "))
             })
     }
 }
@@ -201,6 +213,10 @@ pub struct SandboxRecord {
     pub auto_resume: bool,
     /// Idle this long, it is paused by the reaper (`None`: never).
     pub idle_pause_secs: Option<i64>,
+    /// When it was hibernated (`None` unless [`SandboxStatus::Hibernated`]).
+    pub hibernated_at: Option<i64>,
+    /// Idle this long, it is hibernated by the reaper (`None`: never).
+    pub idle_hibernate_secs: Option<i64>,
 }
 
 /// A sandbox's clocks, as [`Store::set_timeouts`] writes them.
@@ -211,6 +227,7 @@ pub struct Timeouts {
     /// `created_at + max_lifetime_secs`.
     pub expires_at: i64,
     pub idle_pause_secs: Option<i64>,
+    pub idle_hibernate_secs: Option<i64>,
 }
 
 /// An API key as stored: only its hash.
@@ -297,7 +314,7 @@ pub fn redact_url(url: &str) -> String {
 const SANDBOX_COLUMNS: &str = "id, owner_key_id, image, status, pooled, container_id, address, \
     api_key, resolution, env, metadata, idle_timeout_secs, max_lifetime_secs, created_at, \
     ready_at, expires_at, last_active_at, ended_at, error, instance, paused_at, auto_resume, \
-    idle_pause_secs";
+    idle_pause_secs, hibernated_at, idle_hibernate_secs";
 
 /// The schema's migrations, `orchestrator/migrations/NNNN_name.sql`, compiled in. Listed here
 /// rather than found by sqlx's `migrate!` macro, which would compile sqlx's SQLite and Postgres
@@ -329,6 +346,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../migrations/0007_a2a_credentials.sql"),
     ),
     (8, "pause", include_str!("../migrations/0008_pause.sql")),
+    (
+        9,
+        "hibernate snapshots",
+        include_str!("../migrations/0009_hibernate_snapshots.sql"),
+    ),
 ];
 
 fn migrator() -> sqlx::migrate::Migrator {
@@ -521,7 +543,7 @@ impl Store {
         let sql = format!(
             "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20, $21, $22, $23)"
+             $20, $21, $22, $23, $24, $25)"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&s.id)
@@ -547,6 +569,8 @@ impl Store {
             .bind(s.paused_at)
             .bind(s.auto_resume as i64)
             .bind(s.idle_pause_secs)
+            .bind(s.hibernated_at)
+            .bind(s.idle_hibernate_secs)
             .execute(&self.writer)
             .await
             .map_err(query_error("insert sandbox"))?;
@@ -615,7 +639,7 @@ impl Store {
     pub async fn count_live_sandboxes(&self, owner_key_id: &str) -> Result<i64> {
         let row = sqlx::query(
             "SELECT COUNT(*) FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready', 'degraded', 'paused')",
+             AND status IN ('creating', 'ready', 'degraded', 'paused', 'hibernating', 'waking')",
         )
         .bind(owner_key_id)
         .fetch_one(&self.pool)
@@ -710,11 +734,12 @@ impl Store {
         let done = sqlx::query(
             "UPDATE sandboxes SET pooled = 0, owner_key_id = $1, metadata = $2, \
              idle_timeout_secs = $3, max_lifetime_secs = $4, created_at = $5, expires_at = $6, \
-             last_active_at = $7, auto_resume = $10, idle_pause_secs = $11 \
+             last_active_at = $7, auto_resume = $10, idle_pause_secs = $11, \
+             idle_hibernate_secs = $12 \
              WHERE id = $8 AND pooled = 1 AND status = 'ready' \
              AND (CAST($9 AS BIGINT) IS NULL OR (SELECT COUNT(*) FROM sandboxes \
              WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready', 'degraded', 'paused')) < CAST($9 AS BIGINT))",
+             AND status IN ('creating', 'ready', 'degraded', 'paused', 'hibernating', 'waking')) < CAST($9 AS BIGINT))",
         )
         .bind(&claimed.owner_key_id)
         .bind(to_json(&claimed.metadata))
@@ -727,6 +752,7 @@ impl Store {
         .bind(limit)
         .bind(claimed.auto_resume as i64)
         .bind(claimed.idle_pause_secs)
+        .bind(claimed.idle_hibernate_secs)
         .execute(&mut *writer)
         .await
         .map_err(query_error("claim pooled sandbox"))?;
@@ -744,13 +770,14 @@ impl Store {
     pub async fn set_timeouts(&self, id: &str, timeouts: &Timeouts) -> Result<()> {
         sqlx::query(
             "UPDATE sandboxes SET idle_timeout_secs = $1, max_lifetime_secs = $2, expires_at = $3, \
-             idle_pause_secs = $4 WHERE id = $5",
+             idle_pause_secs = $4, idle_hibernate_secs = $6 WHERE id = $5",
         )
         .bind(timeouts.idle_timeout_secs)
         .bind(timeouts.max_lifetime_secs)
         .bind(timeouts.expires_at)
         .bind(timeouts.idle_pause_secs)
         .bind(id)
+        .bind(timeouts.idle_hibernate_secs)
         .execute(&self.writer)
         .await
         .map_err(query_error("set timeouts"))?;
@@ -1035,6 +1062,8 @@ fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {
         paused_at: get(row, "paused_at")?,
         auto_resume: get::<i64>(row, "auto_resume")? != 0,
         idle_pause_secs: get(row, "idle_pause_secs")?,
+        hibernated_at: get(row, "hibernated_at")?,
+        idle_hibernate_secs: get(row, "idle_hibernate_secs")?,
     })
 }
 

@@ -33,6 +33,7 @@ pub mod config;
 pub mod console;
 pub mod data_dir;
 pub mod db;
+pub mod homes;
 pub mod keyring;
 pub mod metrics;
 pub mod proxy;

@@ -87,6 +87,8 @@ pub struct Metrics {
     pub sandboxes_live: Gauge,
     /// Paused sandboxes: frozen, their memory still held.
     pub sandboxes_paused: Gauge,
+    /// Hibernated sandboxes: no container, their home kept on disk.
+    pub sandboxes_hibernated: Gauge,
     pub pool_ready: Gauge,
     pub proxy_sessions: Family<KindLabels, Gauge>,
 }
@@ -113,6 +115,7 @@ impl Metrics {
         let ended = Family::<ReasonLabels, Counter>::default();
         let sandboxes_live = Gauge::default();
         let sandboxes_paused = Gauge::default();
+        let sandboxes_hibernated = Gauge::default();
         let pool_ready = Gauge::default();
         let proxy_sessions = Family::<KindLabels, Gauge>::default();
         registry.register(
@@ -151,6 +154,11 @@ impl Metrics {
             sandboxes_paused.clone(),
         );
         registry.register(
+            "sandboxes_hibernated",
+            "Hibernated sandboxes (no container, their home kept on disk)",
+            sandboxes_hibernated.clone(),
+        );
+        registry.register(
             "pool_ready",
             "Ready sandboxes waiting in the warm pool",
             pool_ready.clone(),
@@ -169,6 +177,7 @@ impl Metrics {
             ended,
             sandboxes_live,
             sandboxes_paused,
+            sandboxes_hibernated,
             pool_ready,
             proxy_sessions,
         }

@@ -51,6 +51,10 @@ pub struct Settings {
     pub home_dir: PathBuf,
     /// The default working directory for agents (`SANDBOX_WORKSPACE`, default `$HOME/workspace`).
     pub workspace: PathBuf,
+    /// A home archive to unpack into the home before any program starts
+    /// (`SANDBOXD_HOME_ARCHIVE`, default `/var/lib/agentbox/restore/home.tar`, where the
+    /// orchestrator puts a hibernated sandbox's, a snapshot's or a profile's before start).
+    pub home_archive: PathBuf,
     /// Screen geometry (`SCREEN_WIDTH`, `SCREEN_HEIGHT`, `SCREEN_DEPTH`).
     pub screen: Screen,
     /// Sandbox id given by the orchestrator (`SANDBOX_ID`), for logs.
@@ -352,6 +356,9 @@ impl Settings {
             log_format,
             home_dir,
             workspace,
+            home_archive: get("SANDBOXD_HOME_ARCHIVE")
+                .unwrap_or_else(|| "/var/lib/agentbox/restore/home.tar".into())
+                .into(),
             screen,
             sandbox_id: get("SANDBOX_ID"),
             display: get("DISPLAY").unwrap_or_else(|| ":1".into()),

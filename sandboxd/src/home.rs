@@ -3,9 +3,43 @@
 //! put there. [`prepare`] puts back what a login would have: what `/etc/skel` holds (the shell's
 //! dotfiles, the user site folder of Python) and the workspace folder. It never overwrites a file that is there, so a home
 //! that was not replaced (a sandbox started by hand with `docker run`) is left as it is.
+//!
+//! A sandbox woken from hibernation, or started from a snapshot or with a browser profile,
+//! finds its home's archive at a path the orchestrator put it before start ([`restore_saved`]):
+//! it is unpacked first, and a browser session in it is restored when Chromium starts.
 
 use std::io;
 use std::path::Path;
+
+/// Unpacks the archive at `archive`, when there is one, into `home`. `Ok(None)`: no archive.
+pub fn restore_saved(
+    archive: &Path,
+    home: &Path,
+) -> io::Result<Option<crate::home_archive::Restored>> {
+    let file = match std::fs::File::open(archive) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    std::fs::create_dir_all(home)?;
+    crate::home_archive::restore(io::BufReader::with_capacity(1 << 20, file), home).map(Some)
+}
+
+/// The browser profile's folder in the home (`start-chromium`'s default).
+pub const BROWSER_PROFILE: &str = ".config/chromium";
+/// The file in the profile that tells `start-chromium` to reopen the last session's tabs once
+/// (it removes it).
+const RESTORE_MARKER: &str = ".agentbox-restore-session";
+
+/// Asks the browser's next start to reopen its last session's tabs, when the profile has a
+/// saved session (its `Sessions` folder).
+pub fn ask_browser_to_restore(home: &Path) -> io::Result<()> {
+    let profile = home.join(BROWSER_PROFILE);
+    if profile.join("Default/Sessions").is_dir() {
+        std::fs::write(profile.join(RESTORE_MARKER), b"")?;
+    }
+    Ok(())
+}
 
 /// Where `useradd --create-home` copied the home's first files from.
 const SKELETON: &str = "/etc/skel";

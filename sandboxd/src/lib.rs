@@ -41,6 +41,7 @@ pub mod desktop_session;
 pub mod ffmpeg;
 pub mod files;
 pub mod home;
+pub mod home_archive;
 pub mod hooks;
 pub mod jupyter;
 pub mod markdown;
@@ -48,6 +49,7 @@ pub mod nodejs;
 pub mod packages;
 pub mod page_recording;
 pub mod pid1;
+pub mod quiesce;
 pub mod recording;
 pub mod services;
 pub mod shell;
@@ -68,6 +70,10 @@ use crate::config::Settings;
 
 /// How long in-flight HTTP requests get to finish once programs have stopped.
 const HTTP_DRAIN: Duration = Duration::from_secs(2);
+
+/// How long the idle dead-man switch waits for the sandbox to get ready before its clock starts
+/// anyway (the orchestrator's ready timeout is 120 s by default).
+const IDLE_CLOCK_READY_WAIT: Duration = Duration::from_secs(180);
 
 /// Loads the program configuration named by `settings`, applying environment overrides.
 pub fn load_programs(settings: &Settings) -> anyhow::Result<SupervisorConfig> {
@@ -118,6 +124,24 @@ pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow:
         Ok(bound) => bound.with_context(|| format!("binding the API to {}", settings.listen))?,
         Err(stopped) => return stopped_before_programs(stopped),
     };
+    // A hibernated sandbox's home (or a snapshot's, or a browser profile) comes back first.
+    match home::restore_saved(&settings.home_archive, &settings.home_dir) {
+        Ok(None) => {}
+        Ok(Some(restored)) => {
+            tracing::info!(
+                entries = restored.entries,
+                bytes = restored.bytes,
+                "home restored from its archive"
+            );
+            // Chromium reopens the saved session's tabs when it starts.
+            if let Err(error) = home::ask_browser_to_restore(&settings.home_dir) {
+                tracing::warn!(%error, "cannot ask the browser to restore its session");
+            }
+        }
+        Err(error) => {
+            tracing::error!(archive = %settings.home_archive.display(), %error, "cannot restore the home from its archive");
+        }
+    }
     // The home may be an empty tmpfs: its dotfiles and the workspace go back before anything
     // runs there.
     if let Err(error) = home::prepare(&settings.home_dir, &settings.workspace) {
@@ -164,6 +188,20 @@ pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow:
     let idle = async {
         match settings.idle_exit {
             Some(limit) => {
+                // The idle clock starts once the sandbox is ready: until then its orchestrator
+                // polls `/readyz` (which is not activity) and sends no heartbeat, and a start
+                // slowed by a loaded machine must not end by itself (a 3 s switch fired during
+                // a 10 s start in a CI run). A start that never gets ready counts from the end
+                // of the wait.
+                let supervisor = services.supervisor.clone();
+                supervisor
+                    .wait_for(IDLE_CLOCK_READY_WAIT, |programs| {
+                        programs
+                            .iter()
+                            .all(|p| !p.required || p.state == supervisor::ProgramState::Ready)
+                    })
+                    .await;
+                activity.touch();
                 activity.clone().idle_watchdog(limit).await;
                 limit
             }

@@ -64,6 +64,8 @@ pub struct Services {
     pub skills: Arc<Skills>,
     /// The shutdown hooks behind `/v1/sandbox/hooks` (run by [`Services::shutdown`]).
     pub hooks: Arc<Hooks>,
+    /// Holds the sandbox still while its home is archived (`/v1/sandbox/home/archive`).
+    pub quiescer: Arc<crate::quiesce::Quiescer>,
 }
 
 impl Services {
@@ -128,6 +130,7 @@ impl Services {
                 run_as,
                 settings.workspace.clone(),
             )),
+            quiescer: crate::quiesce::Quiescer::new(supervisor.clone(), settings.home_dir.clone()),
             supervisor,
             settings,
             activity,

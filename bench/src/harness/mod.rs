@@ -6,6 +6,7 @@ pub mod claims;
 pub mod code_exec;
 pub mod file_watch;
 pub mod first_view;
+pub mod hibernate;
 pub mod memory;
 pub mod orchestrator;
 pub mod pause;

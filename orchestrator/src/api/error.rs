@@ -129,6 +129,7 @@ impl From<SandboxError> for ApiError {
             SandboxError::Invalid(_) => ApiError::invalid(error.to_string()),
             SandboxError::NotFound(_)
             | SandboxError::TokenNotFound { .. }
+            | SandboxError::SnapshotNotFound(_)
             | SandboxError::ShareLinkNotFound { .. } => ApiError::not_found(error.to_string()),
             SandboxError::Conflict(message) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)

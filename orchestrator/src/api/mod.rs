@@ -28,6 +28,7 @@ pub mod relays;
 pub mod runs;
 pub mod sandboxes;
 pub mod shares;
+pub mod snapshots;
 pub mod tokens;
 pub mod types;
 pub mod viewer_tickets;
@@ -132,6 +133,7 @@ impl Caller {
 fn keyed_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(sandboxes::routes())
+        .merge(snapshots::routes())
         .merge(runs::routes())
         .merge(shares::routes())
         .merge(credentials::routes())

@@ -1,4 +1,5 @@
-//! `/v1/sandboxes`: create, list, get, delete, change timeouts, pause and resume.
+//! `/v1/sandboxes`: create, list, get, delete, change timeouts, pause and resume, hibernate and
+//! wake.
 
 use axum::Extension;
 use axum::Json;
@@ -25,6 +26,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(set_timeout))
         .routes(routes!(pause))
         .routes(routes!(resume))
+        .routes(routes!(hibernate))
+        .routes(routes!(wake))
 }
 
 /// The wire form of a sandbox.
@@ -55,6 +58,8 @@ pub fn to_wire(state: &AppState, record: &SandboxRecord) -> Sandbox {
         paused_at: record.paused_at.map(rfc3339_from_unix_ms),
         auto_resume: record.auto_resume,
         idle_pause_secs: record.idle_pause_secs,
+        hibernated_at: record.hibernated_at.map(rfc3339_from_unix_ms),
+        idle_hibernate_secs: record.idle_hibernate_secs,
         urls: SandboxUrls {
             api: format!("{base}/api"),
             vnc: format!("{base}/vnc/"),
@@ -87,6 +92,8 @@ pub async fn create(
         metadata: request.metadata.unwrap_or_default(),
         auto_resume: request.auto_resume.unwrap_or(false),
         idle_pause_secs: request.idle_pause_secs,
+        idle_hibernate_secs: request.idle_hibernate_secs,
+        snapshot: request.snapshot,
     };
     let (record, _) = state.sandboxes.create(&caller.key_id, spec).await?;
     Ok((StatusCode::CREATED, Json(to_wire(&state, &record))))
@@ -95,7 +102,7 @@ pub async fn create(
 /// Lists sandboxes: `?status=ready` and any number of `metadata.KEY=VALUE` filters.
 #[utoipa::path(get, path = "/v1/sandboxes", tag = "sandboxes",
     params(
-        ("status" = Option<String>, Query, description = "creating, ready, degraded, paused, deleting or lost"),
+        ("status" = Option<String>, Query, description = "creating, ready, degraded, paused, hibernating, hibernated, waking, deleting or lost"),
         ("metadata.KEY" = Option<String>, Query, description = "only sandboxes whose metadata KEY has this value"),
     ),
     responses((status = 200, body = SandboxList), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -162,6 +169,7 @@ pub async fn set_timeout(
                 idle_timeout_secs: request.idle_timeout_secs,
                 max_lifetime_secs: request.max_lifetime_secs,
                 idle_pause_secs: request.idle_pause_secs,
+                idle_hibernate_secs: request.idle_hibernate_secs,
             },
         )
         .await?;
@@ -205,5 +213,47 @@ pub async fn resume(
     Path(id): Path<String>,
 ) -> Result<Json<Sandbox>, ApiError> {
     let record = state.sandboxes.resume(&id, caller.owner()).await?;
+    Ok(Json(to_wire(&state, &record)))
+}
+
+/// Hibernates the sandbox: its browser is stopped (saving its session: tabs, cookies, logins),
+/// its home is archived on the orchestrator's disk and its container is removed: it then uses
+/// no memory and no CPU. Kept: every file in the home (`~`, the workspace, the browser
+/// profile). Lost: running processes and what they hold in memory (a page's script state,
+/// Jupyter variables, shell sessions), open connections (viewers, terminals, CDP clients),
+/// the clipboard, /tmp, `~/.cache` and shell histories. Its id, key, tokens and URLs stay; wake
+/// it with `POST /v1/sandboxes/{id}/wake` (or any call, with `auto_resume`). Its idle and
+/// lifetime clocks keep running. Refused (409) while a run drives it, as pause is.
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/hibernate", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 200, body = Sandbox), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "not ready, degraded or paused (already hibernated, still being created, lost), a run drives it, or its home could not be archived (it stays as it was)", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn hibernate(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    let record = state.sandboxes.hibernate(&id, caller.owner()).await?;
+    Ok(Json(to_wire(&state, &record)))
+}
+
+/// Wakes a hibernated sandbox: a new container of the same image and settings starts with the
+/// kept home, and the browser reopens the tabs it had. Answers once it is ready. Counts against
+/// the key's sandboxes again (429 past the limit).
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/wake", tag = "sandboxes",
+    params(("id" = String, Path)),
+    responses((status = 200, body = Sandbox), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "the sandbox is not hibernated", body = ErrorBody),
+        (status = 429, description = "the key has --max-sandboxes-per-key sandboxes running", body = ErrorBody),
+        (status = 503, description = "the new container did not become ready (the sandbox stays hibernated)", body = ErrorBody)))]
+pub async fn wake(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Sandbox>, ApiError> {
+    let record = state.sandboxes.wake(&id, caller.owner()).await?;
     Ok(Json(to_wire(&state, &record)))
 }

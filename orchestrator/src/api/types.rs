@@ -45,6 +45,15 @@ pub struct CreateSandboxRequest {
     /// set). Paused or not, it is removed after `idle_timeout_secs` without activity.
     #[schema(minimum = 0)]
     pub idle_pause_secs: Option<i64>,
+    /// Seconds without activity before the sandbox is hibernated (its container removed, its
+    /// home kept on disk) until something wakes it; 0: never. Default: the server's
+    /// `--idle-hibernate-secs` (0 unless set). With `auto_resume`, a call wakes it.
+    #[schema(minimum = 0)]
+    pub idle_hibernate_secs: Option<i64>,
+    /// Start from this snapshot (one of yours, `POST /v1/sandboxes/{id}/snapshots`): its home,
+    /// files and browser profile (logins, cookies; the tabs it had open come back), its image
+    /// and resolution. Never from the warm pool.
+    pub snapshot: Option<String>,
 }
 
 /// Where to reach a sandbox through the orchestrator.
@@ -64,7 +73,9 @@ pub struct SandboxUrls {
 pub struct Sandbox {
     pub id: String,
     /// `creating`, `ready`, `degraded` (running, a required program not ready: see `error`),
-    /// `paused` (frozen: resume it with `POST /v1/sandboxes/{id}/resume`), `deleting` or `lost`.
+    /// `paused` (frozen: resume it with `POST /v1/sandboxes/{id}/resume`), `hibernating`,
+    /// `hibernated` (no container, its home kept: wake it with `POST /v1/sandboxes/{id}/wake`),
+    /// `waking`, `deleting` or `lost`.
     pub status: String,
     pub image: String,
     pub created_at: String,
@@ -84,6 +95,10 @@ pub struct Sandbox {
     pub auto_resume: bool,
     /// Idle this long, it is paused (`null`: never).
     pub idle_pause_secs: Option<i64>,
+    /// When it was hibernated (while `hibernated`).
+    pub hibernated_at: Option<String>,
+    /// Idle this long, it is hibernated (`null`: never).
+    pub idle_hibernate_secs: Option<i64>,
     pub urls: SandboxUrls,
 }
 
@@ -107,6 +122,59 @@ pub struct SetTimeoutRequest {
     /// Seconds without activity before the sandbox is paused; 0: never.
     #[schema(minimum = 0)]
     pub idle_pause_secs: Option<i64>,
+    /// Seconds without activity before the sandbox is hibernated; 0: never.
+    #[schema(minimum = 0)]
+    pub idle_hibernate_secs: Option<i64>,
+}
+
+/// A snapshot: a sandbox's home (files, browser profile) kept to start new sandboxes from.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Snapshot {
+    pub id: String,
+    /// The sandbox it was taken from (it may be gone since).
+    pub parent_sandbox_id: Option<String>,
+    /// The image and resolution a sandbox started from it gets.
+    pub image: String,
+    pub resolution: Option<String>,
+    /// `taking` (its archive is being written) or `ready`.
+    pub status: String,
+    /// The size of its archive.
+    pub size_bytes: i64,
+    pub created_at: String,
+}
+
+/// `GET /v1/snapshots`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotList {
+    pub snapshots: Vec<Snapshot>,
+}
+
+/// `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// How many sandboxes to make, 1 to 20.
+    #[schema(minimum = 1, maximum = 20)]
+    pub count: i64,
+    /// Keep the snapshot the forks start from (listed under `/v1/snapshots`, counted against
+    /// the key's snapshots); default false: it is deleted once the forks are made.
+    pub keep_snapshot: Option<bool>,
+    /// Labels for every fork.
+    pub metadata: Option<BTreeMap<String, String>>,
+    /// As in `POST /v1/sandboxes`, for every fork.
+    #[schema(minimum = 1)]
+    pub idle_timeout_secs: Option<i64>,
+    #[schema(minimum = 1)]
+    pub max_lifetime_secs: Option<i64>,
+}
+
+/// What a fork made.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ForkResult {
+    /// The new sandboxes, each with its own id, key and tokens.
+    pub sandboxes: Vec<Sandbox>,
+    /// The snapshot they started from (`null` unless `keep_snapshot`).
+    pub snapshot: Option<Snapshot>,
 }
 
 /// `POST /v1/sandboxes/{id}/tokens`.

@@ -39,8 +39,8 @@ use ipnet::Ipv4Net;
 use super::egress::{EgressPolicy, EgressRules};
 use super::networks::{LABEL_NETWORK, SandboxNetworks, SubnetPlan};
 use super::{
-    Backend, BackendError, ContainerInfo, ContainerSpec, KEY_FROM_STDIN, LABEL_INSTANCE,
-    LABEL_MANAGED, LABEL_SANDBOX_ID, Started, is_not_found,
+    Backend, BackendError, ContainerInfo, ContainerSpec, HOME_ARCHIVE_FOLDER, HOME_ARCHIVE_NAME,
+    KEY_FROM_STDIN, LABEL_INSTANCE, LABEL_MANAGED, LABEL_SANDBOX_ID, Started, is_not_found,
 };
 
 /// How many empty sandbox networks are kept made ahead of the starts that need them.
@@ -183,6 +183,9 @@ impl DockerBackend {
             })?;
         let id = created.id;
         let result = async {
+            if let Some(archive) = &spec.home_archive {
+                self.put_home_archive(&id, archive).await?;
+            }
             self.hand_over_key(&id, &spec.api_key).await?;
             self.docker
                 .start_container(&id, None)
@@ -225,6 +228,29 @@ impl DockerBackend {
             step: "handing the key to the container",
             message: e.to_string(),
         })
+    }
+
+    /// Puts a kept home archive into the created container, where sandboxd finds it at start
+    /// (`HOME_ARCHIVE_FOLDER`). It lands in the container's own layer, as one file, and goes
+    /// with the container.
+    async fn put_home_archive(
+        &self,
+        id: &str,
+        archive: &std::path::Path,
+    ) -> Result<(), BackendError> {
+        let stream = crate::homes::wrapped_in_tar(archive, HOME_ARCHIVE_NAME)
+            .await
+            .map_err(|e| BackendError::Failed {
+                step: "reading the home archive",
+                message: e.to_string(),
+            })?;
+        let options = bollard::query_parameters::UploadToContainerOptionsBuilder::default()
+            .path(HOME_ARCHIVE_FOLDER)
+            .build();
+        self.docker
+            .upload_to_container(id, Some(options), bollard::body_try_stream(stream))
+            .await
+            .map_err(failed("putting the home archive into the container"))
     }
 
     /// The address on a container's own sandbox network (named by its label).

@@ -46,7 +46,16 @@ pub struct ContainerSpec {
     /// sandboxd's API key, delivered as a file.
     pub api_key: String,
     pub limits: Limits,
+    /// A home archive (`crate::homes`) put into the container before it starts, which
+    /// sandboxd unpacks into the home before any program runs: a hibernated sandbox's, or a
+    /// snapshot's.
+    pub home_archive: Option<std::path::PathBuf>,
 }
+
+/// Where a container finds its home archive at start (`SANDBOXD_HOME_ARCHIVE`'s default): the
+/// folder is root's in the image, the archive is put there before start.
+pub const HOME_ARCHIVE_FOLDER: &str = "/var/lib/agentbox/restore";
+pub const HOME_ARCHIVE_NAME: &str = "home.tar";
 
 /// A container that was created and started.
 #[derive(Debug, Clone)]

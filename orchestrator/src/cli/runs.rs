@@ -306,7 +306,10 @@ pub(super) fn format_event(event: &RunEvent) -> String {
             (None, line)
         }
         Some(
-            E::SandboxPaused { sandbox_id, reason } | E::SandboxResumed { sandbox_id, reason },
+            E::SandboxPaused { sandbox_id, reason }
+            | E::SandboxResumed { sandbox_id, reason }
+            | E::SandboxHibernated { sandbox_id, reason }
+            | E::SandboxWoken { sandbox_id, reason },
         ) => (None, format!("{sandbox_id}: {reason}")),
         Some(E::Error {
             step,

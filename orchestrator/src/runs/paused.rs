@@ -1,4 +1,5 @@
-//! A run whose sandbox is paused: the run's log says so (`sandbox.paused`, `sandbox.resumed`),
+//! A run whose sandbox is paused or hibernated: the run's log says so (`sandbox.paused`,
+//! `sandbox.resumed`, `sandbox.hibernated`, `sandbox.woken`),
 //! and whatever makes the run act again (an answer, a takeover, a hand-back, a cancel, whose
 //! last copy of `~/outputs` needs the sandbox) resumes the sandbox first, so the agent never
 //! meets a frozen computer.
@@ -48,7 +49,20 @@ impl Runs {
                 sandbox_id.clone(),
                 RunEvent::SandboxResumed { sandbox_id, reason },
             ),
-            LifecycleChange::Resumed { by_run: true, .. } => return,
+            LifecycleChange::Hibernated { sandbox_id, reason } => (
+                sandbox_id.clone(),
+                RunEvent::SandboxHibernated { sandbox_id, reason },
+            ),
+            LifecycleChange::Woken {
+                sandbox_id,
+                reason,
+                by_run: false,
+            } => (
+                sandbox_id.clone(),
+                RunEvent::SandboxWoken { sandbox_id, reason },
+            ),
+            LifecycleChange::Resumed { by_run: true, .. }
+            | LifecycleChange::Woken { by_run: true, .. } => return,
         };
         let run_id = match self.store.active_run_on(&sandbox_id).await {
             Ok(Some((run_id, _))) => run_id,
@@ -76,18 +90,21 @@ impl Runs {
             return Ok(None);
         };
         let turn = self.sandboxes.transition_turn(sandbox_id).await;
-        let paused = matches!(
-            self.store.sandbox(sandbox_id).await?,
-            Some(sandbox) if sandbox.status == SandboxStatus::Paused
-        );
-        if !paused {
+        let asleep = self
+            .store
+            .sandbox(sandbox_id)
+            .await?
+            .map(|sandbox| sandbox.status)
+            .filter(|s| matches!(s, SandboxStatus::Paused | SandboxStatus::Hibernated));
+        let Some(asleep) = asleep else {
             return Ok(Some(turn));
-        }
+        };
         self.sandboxes.awake_in_turn(sandbox_id, &turn).await?;
         if let Some(active) = self.active(&run.id) {
-            let event = RunEvent::SandboxResumed {
-                sandbox_id: sandbox_id.clone(),
-                reason: "the run acts again".into(),
+            let (sandbox_id, reason) = (sandbox_id.clone(), "the run acts again".to_string());
+            let event = match asleep {
+                SandboxStatus::Hibernated => RunEvent::SandboxWoken { sandbox_id, reason },
+                _ => RunEvent::SandboxResumed { sandbox_id, reason },
             };
             self.append_outside_loop(&run.id, &active, &event).await;
         }

@@ -22,12 +22,16 @@
 //! does ([`crate::sessions`]).
 
 pub mod activity;
+pub mod hibernate;
 pub mod pause;
 pub mod pool;
 pub mod reaper;
 pub mod reconcile;
 pub mod sandboxd;
+pub mod snapshots;
 
+#[cfg(test)]
+mod hibernate_tests;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]
@@ -73,6 +77,9 @@ pub enum SandboxError {
         sandbox_id: String,
         token_id: String,
     },
+    /// No such snapshot, or not one the caller may see.
+    #[error("no snapshot {0}")]
+    SnapshotNotFound(String),
     /// The run exists, but no live share link of it has this id.
     #[error("no share link {share_id} of run {run_id}")]
     ShareLinkNotFound { run_id: String, share_id: String },
@@ -108,6 +115,19 @@ pub struct CreateSpec {
     pub auto_resume: bool,
     /// Idle this long, the reaper pauses it (`None`: the server's default; 0: never).
     pub idle_pause_secs: Option<i64>,
+    /// Idle this long, the reaper hibernates it (`None`: the server's default; 0: never).
+    pub idle_hibernate_secs: Option<i64>,
+    /// Start from this snapshot's home (one of the caller's).
+    pub snapshot: Option<String>,
+}
+
+/// A create request's values with the server's defaults filled in.
+struct Defaults {
+    image: String,
+    idle: i64,
+    lifetime: i64,
+    idle_pause: Option<i64>,
+    idle_hibernate: Option<i64>,
 }
 
 /// What `POST /v1/sandboxes/{id}/timeout` changes (`None`: unchanged).
@@ -117,6 +137,8 @@ pub struct TimeoutChange {
     pub max_lifetime_secs: Option<i64>,
     /// 0: never pause it when idle.
     pub idle_pause_secs: Option<i64>,
+    /// 0: never hibernate it when idle.
+    pub idle_hibernate_secs: Option<i64>,
 }
 
 /// How a sandbox was obtained.
@@ -185,6 +207,8 @@ pub struct Sandboxes {
     transitions: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Pauses and resumes, for the runs' event logs.
     lifecycle: tokio::sync::broadcast::Sender<LifecycleChange>,
+    /// Kept homes: hibernated sandboxes' and snapshots' archives.
+    pub(crate) homes: crate::homes::HomeStore,
 }
 
 /// Removes a sandbox id from the `deleting` set when dropped, however the removal ended.
@@ -253,6 +277,7 @@ impl Sandboxes {
     ) -> Arc<Self> {
         let pool = Pool::new(settings.image.clone(), settings.pool_size);
         let starts = tokio::sync::Semaphore::new(settings.max_concurrent_starts.max(1));
+        let homes = crate::homes::HomeStore::new(&settings.data_dir);
         Arc::new(Self {
             store,
             backend: seams.backend,
@@ -272,6 +297,7 @@ impl Sandboxes {
             quota: tokio::sync::Mutex::new(()),
             transitions: Mutex::new(std::collections::HashMap::new()),
             lifecycle: tokio::sync::broadcast::Sender::new(64),
+            homes,
         })
     }
 
@@ -340,10 +366,7 @@ impl Sandboxes {
     }
 
     /// Checks a request and fills in defaults; returns (image, idle, lifetime).
-    fn validate(
-        &self,
-        spec: &CreateSpec,
-    ) -> Result<(String, i64, i64, Option<i64>), validate::Invalid> {
+    fn validate(&self, spec: &CreateSpec) -> Result<Defaults, validate::Invalid> {
         let settings = &self.settings;
         let image = validate::image(
             spec.image.as_deref(),
@@ -365,9 +388,17 @@ impl Sandboxes {
             1..=cap,
         )?;
         let idle_pause = idle_pause(spec.idle_pause_secs, settings.idle_pause_secs, cap)?;
+        let idle_hibernate =
+            hibernate::idle_hibernate(spec.idle_hibernate_secs, settings.idle_hibernate_secs, cap)?;
         validate::env(&spec.env)?;
         validate::metadata(&spec.metadata, SANDBOX_METADATA)?;
-        Ok((image, idle, lifetime, idle_pause))
+        Ok(Defaults {
+            image,
+            idle,
+            lifetime,
+            idle_pause,
+            idle_hibernate,
+        })
     }
 
     /// Creates a sandbox for `owner` and returns it once ready. Takes a ready one from the warm
@@ -391,12 +422,44 @@ impl Sandboxes {
         owner_key_id: &str,
         spec: CreateSpec,
     ) -> Result<(SandboxRecord, Source), SandboxError> {
-        let (image, idle, lifetime, idle_pause) = self.validate(&spec)?;
+        let Defaults {
+            mut image,
+            idle,
+            lifetime,
+            idle_pause,
+            idle_hibernate,
+        } = self.validate(&spec)?;
+        let mut resolution = spec.resolution.clone();
+        let snapshot = match &spec.snapshot {
+            None => None,
+            Some(snapshot_id) => {
+                let snapshot = self
+                    .snapshot_to_start_from(snapshot_id, owner_key_id, spec.image.as_deref())
+                    .await
+                    .map_err(|error| match error {
+                        SandboxError::SnapshotNotFound(id) => {
+                            invalid("snapshot", format!("no snapshot {id}")).into()
+                        }
+                        other => other,
+                    })?;
+                image = snapshot.image.clone();
+                resolution = resolution.or_else(|| snapshot.resolution.clone());
+                Some(
+                    self.homes
+                        .path(crate::homes::Kind::Snapshot, &snapshot.id)
+                        .map_err(|e| SandboxError::Task(e.to_string()))?,
+                )
+            }
+        };
         let started = Instant::now();
         let quota = self.quota.lock().await;
         let quota_wait = started.elapsed();
         let limit = self.settings.max_sandboxes_per_key;
-        if spec.env.is_empty() && spec.resolution.is_none() && image == self.pool.image() {
+        if spec.env.is_empty()
+            && resolution.is_none()
+            && snapshot.is_none()
+            && image == self.pool.image()
+        {
             let now = self.clock.now_ms();
             let claim = |id: String| SandboxRecord {
                 id,
@@ -422,6 +485,8 @@ impl Sandboxes {
                 paused_at: None,
                 auto_resume: spec.auto_resume,
                 idle_pause_secs: idle_pause,
+                hibernated_at: None,
+                idle_hibernate_secs: idle_hibernate,
             };
             // The quota is counted by the claim's write itself (one round trip).
             let limit = (limit > 0).then_some(limit);
@@ -462,7 +527,7 @@ impl Sandboxes {
             address: None,
             instance: Some(self.instance.clone()),
             legacy_key: None,
-            resolution: spec.resolution,
+            resolution,
             env: spec.env,
             metadata: spec.metadata,
             idle_timeout_secs: idle,
@@ -476,10 +541,12 @@ impl Sandboxes {
             paused_at: None,
             auto_resume: spec.auto_resume,
             idle_pause_secs: idle_pause,
+            hibernated_at: None,
+            idle_hibernate_secs: idle_hibernate,
         };
         self.store.insert_sandbox(&record).await?;
         drop(quota);
-        match self.start_inserted(record).await {
+        match self.start_inserted(record, snapshot).await {
             Ok(record) => {
                 self.metrics.observe_create("cold", "ok", started.elapsed());
                 Ok((record, Source::Cold))
@@ -496,13 +563,18 @@ impl Sandboxes {
     /// the container and the row are removed and the error carries the container's last output.
     pub(crate) async fn start(&self, record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
         self.store.insert_sandbox(&record).await?;
-        self.start_inserted(record).await
+        self.start_inserted(record, None).await
     }
 
-    /// [`start`](Self::start) for a record already inserted.
-    async fn start_inserted(&self, record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
+    /// [`start`](Self::start) for a record already inserted, its home restored from
+    /// `home_archive` when given (a snapshot).
+    async fn start_inserted(
+        &self,
+        record: SandboxRecord,
+        home_archive: Option<std::path::PathBuf>,
+    ) -> Result<SandboxRecord, SandboxError> {
         let permit = self.starts.acquire().await;
-        let result = self.boot(record.clone()).await;
+        let result = self.boot(record.clone(), home_archive).await;
         drop(permit);
         if result.is_err() {
             let _ = self.store.delete_sandbox(&record.id).await;
@@ -510,8 +582,13 @@ impl Sandboxes {
         result
     }
 
-    /// Starts the container of an inserted record and waits until sandboxd is ready.
-    async fn boot(&self, mut record: SandboxRecord) -> Result<SandboxRecord, SandboxError> {
+    /// What to start for `record`: its image, environment (screen size, the dead-man switch),
+    /// its derived key, the limits, and the home archive to restore, if any.
+    fn container_spec(
+        &self,
+        record: &SandboxRecord,
+        home_archive: Option<std::path::PathBuf>,
+    ) -> Result<ContainerSpec, SandboxError> {
         let mut env = record.env.clone();
         if let Some(resolution) = &record.resolution {
             let (width, height) = validate::resolution(resolution)?;
@@ -524,14 +601,24 @@ impl Sandboxes {
             "SANDBOXD_IDLE_EXIT_SECS".into(),
             (self.settings.heartbeat.as_secs() * 3).max(3).to_string(),
         );
-        let key = self.sandbox_key(&record);
-        let spec = ContainerSpec {
+        Ok(ContainerSpec {
             sandbox_id: record.id.clone(),
             image: record.image.clone(),
             env,
-            api_key: key.clone(),
+            api_key: self.sandbox_key(record),
             limits: self.settings.limits.clone(),
-        };
+            home_archive,
+        })
+    }
+
+    /// Starts the container of an inserted record and waits until sandboxd is ready.
+    async fn boot(
+        &self,
+        mut record: SandboxRecord,
+        home_archive: Option<std::path::PathBuf>,
+    ) -> Result<SandboxRecord, SandboxError> {
+        let spec = self.container_spec(&record, home_archive)?;
+        let key = spec.api_key.clone();
         let started = match self.backend.start(&spec).await {
             Ok(started) => started,
             Err(error) => {
@@ -667,12 +754,13 @@ impl Sandboxes {
             idle_timeout_secs,
             max_lifetime_secs,
             idle_pause_secs,
+            idle_hibernate_secs,
         } = change;
         let mut record = self.get(id, owner).await?;
         if !record.status.is_live()
             && !matches!(
                 record.status,
-                SandboxStatus::Creating | SandboxStatus::Paused
+                SandboxStatus::Creating | SandboxStatus::Paused | SandboxStatus::Hibernated
             )
         {
             return Err(SandboxError::Conflict(format!(
@@ -700,6 +788,9 @@ impl Sandboxes {
         if idle_pause_secs.is_some() {
             record.idle_pause_secs = idle_pause(idle_pause_secs, None, cap)?;
         }
+        if idle_hibernate_secs.is_some() {
+            record.idle_hibernate_secs = hibernate::idle_hibernate(idle_hibernate_secs, None, cap)?;
+        }
         self.store
             .set_timeouts(
                 id,
@@ -708,6 +799,7 @@ impl Sandboxes {
                     max_lifetime_secs: record.max_lifetime_secs,
                     expires_at: record.expires_at,
                     idle_pause_secs: record.idle_pause_secs,
+                    idle_hibernate_secs: record.idle_hibernate_secs,
                 },
             )
             .await?;
@@ -782,6 +874,14 @@ impl Sandboxes {
                 self.backend.remove(container_id).await?;
             }
             self.store.delete_sandbox(&current.id).await?;
+            // A hibernated sandbox's kept home goes with it.
+            if let Err(error) = self
+                .homes
+                .remove(crate::homes::Kind::Hibernated, &current.id)
+                .await
+            {
+                tracing::warn!(sandbox_id = %current.id, %error, "removing a kept home failed");
+            }
             Ok::<_, SandboxError>(Some(current.status))
         }
         .await;

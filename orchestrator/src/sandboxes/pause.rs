@@ -1,4 +1,5 @@
-//! Pause and resume: a paused sandbox is frozen by the platform (the cgroup freezer, `docker
+//! Pause and resume (and the entry points a paused or [`hibernate`](super::hibernate)d sandbox
+//! shares: a call through the proxies, a run that acts again): a paused sandbox is frozen by the platform (the cgroup freezer, `docker
 //! pause`): its processes get no CPU, keep their memory and their open connections, and resume
 //! where they were. While paused it is not live: the proxies answer 409 naming the state, or
 //! resume it first when its create request asked for `auto_resume`; the heartbeat only checks
@@ -31,6 +32,16 @@ pub enum LifecycleChange {
         reason: String,
     },
     Resumed {
+        sandbox_id: String,
+        reason: String,
+        /// For a run that acts again (the run writes its own event).
+        by_run: bool,
+    },
+    Hibernated {
+        sandbox_id: String,
+        reason: String,
+    },
+    Woken {
         sandbox_id: String,
         reason: String,
         /// For a run that acts again (the run writes its own event).
@@ -165,6 +176,9 @@ impl Sandboxes {
         if current.status == SandboxStatus::Paused && self.is_mine(&current) {
             return self.thaw(current, Why::Run).await;
         }
+        if current.status == SandboxStatus::Hibernated && self.is_mine(&current) {
+            return self.wake_in_turn(current, Why::Run).await;
+        }
         not_ready_unless_live(current)
     }
 
@@ -177,24 +191,34 @@ impl Sandboxes {
         why: Why,
     ) -> Result<SandboxRecord, SandboxError> {
         let record = self.get(id, owner).await?;
-        if record.status == SandboxStatus::Paused
-            && (why == Why::Run || record.auto_resume)
-            && self.is_mine(&record)
-        {
+        // Asleep, or going to sleep or waking up under another caller's turn: a caller that
+        // may wake it waits for that turn and looks again.
+        let asleep = matches!(
+            record.status,
+            SandboxStatus::Paused
+                | SandboxStatus::Hibernated
+                | SandboxStatus::Hibernating
+                | SandboxStatus::Waking
+        );
+        if asleep && (why == Why::Run || record.auto_resume) && self.is_mine(&record) {
             let lock = self.transition_lock(id);
             let _turn = lock.lock().await;
             let current = self.get(id, owner).await?;
             return match current.status {
                 SandboxStatus::Paused => self.thaw(current, why).await,
+                SandboxStatus::Hibernated => self.wake_in_turn(current, why).await,
                 _ => not_ready_unless_live(current),
             };
         }
-        if record.status == SandboxStatus::Paused {
-            return Err(SandboxError::Conflict(format!(
+        match record.status {
+            SandboxStatus::Paused => Err(SandboxError::Conflict(format!(
                 "sandbox {id} is paused: resume it with POST /v1/sandboxes/{id}/resume"
-            )));
+            ))),
+            SandboxStatus::Hibernated => Err(SandboxError::Conflict(format!(
+                "sandbox {id} is hibernated: wake it with POST /v1/sandboxes/{id}/wake"
+            ))),
+            _ => not_ready_unless_live(record),
         }
-        not_ready_unless_live(record)
     }
 
     /// Pauses `record` (read before the lock is taken; read again under it).

@@ -231,6 +231,8 @@ impl Sandboxes {
             paused_at: None,
             auto_resume: false,
             idle_pause_secs: self.settings.idle_pause_secs,
+            hibernated_at: None,
+            idle_hibernate_secs: self.settings.idle_hibernate_secs,
         };
         self.start(record).await
     }

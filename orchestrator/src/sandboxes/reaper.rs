@@ -188,8 +188,10 @@ impl Sandboxes {
         let now = self.clock.now_ms();
         let mut live = 0;
         let mut paused = 0;
+        let mut hibernated = 0;
         let mut removals = Vec::new();
         let mut pauses = Vec::new();
+        let mut hibernations = Vec::new();
         for record in records {
             match record.status {
                 SandboxStatus::Ready | SandboxStatus::Degraded => {
@@ -199,6 +201,8 @@ impl Sandboxes {
                     if let Some(reason) = self.end_reason(&record, now) {
                         tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "reaping sandbox");
                         removals.push((record, reason));
+                    } else if self.idle_hibernate_due(&record, now) {
+                        hibernations.push(record);
                     } else if self.idle_pause_due(&record, now) {
                         pauses.push(record);
                     }
@@ -208,8 +212,20 @@ impl Sandboxes {
                     if let Some(reason) = self.paused_end_reason(&record, now) {
                         tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "reaping paused sandbox");
                         removals.push((record, reason));
+                    } else if self.idle_hibernate_due(&record, now) {
+                        hibernations.push(record);
                     }
                 }
+                // Asleep without a container: only its lifetime and idle timeout end it.
+                SandboxStatus::Hibernated => {
+                    hibernated += 1;
+                    if let Some(reason) = self.paused_end_reason(&record, now) {
+                        tracing::info!(sandbox_id = %record.id, reason = reason.as_str(), "reaping hibernated sandbox");
+                        removals.push((record, reason));
+                    }
+                }
+                // Under way in this process (or finished by reconcile after a crash).
+                SandboxStatus::Hibernating | SandboxStatus::Waking => {}
                 SandboxStatus::Deleting => removals.push((record, EndReason::Deleted)),
                 SandboxStatus::Lost => {
                     let ended = record.ended_at.unwrap_or(record.last_active_at);
@@ -222,12 +238,25 @@ impl Sandboxes {
         }
         self.metrics.sandboxes_live.set(live);
         self.metrics.sandboxes_paused.set(paused);
+        self.metrics.sandboxes_hibernated.set(hibernated);
         join_all(
             removals
                 .iter()
                 .map(|(record, reason)| self.remove(record, *reason)),
         )
         .await;
+        for record in hibernations {
+            let id = record.id.clone();
+            match self.hibernate_record(record, super::Why::Idle).await {
+                Ok(_) => {}
+                Err(error @ super::SandboxError::Conflict(_)) => {
+                    tracing::debug!(sandbox_id = %id, %error, "idle sandbox not hibernated");
+                }
+                Err(error) => {
+                    tracing::warn!(sandbox_id = %id, %error, "hibernating an idle sandbox failed");
+                }
+            }
+        }
         for record in pauses {
             let id = record.id.clone();
             // A run that drives it, or a change meanwhile, refuses the pause: tried again on

@@ -9,6 +9,10 @@
 //! - a ready record whose container vanished is marked **lost**; a record that was still being
 //!   created or deleted, or was a pool member, is deleted.
 //!
+//! - a hibernation or a wake a crash interrupted is finished or undone from what is on disk
+//!   (`reconcile_asleep`), and kept archives nobody refers to are removed
+//!   (`reconcile_kept_homes`).
+//!
 //! Only this instance's records and containers are considered; rows written before rows named
 //! their instance are first given to this instance.
 
@@ -115,6 +119,16 @@ impl Sandboxes {
                     report.lost += 1;
                 }
                 (SandboxStatus::Lost, None) => {}
+                (
+                    SandboxStatus::Hibernated | SandboxStatus::Hibernating | SandboxStatus::Waking,
+                    container,
+                ) if record.expires_at > now => {
+                    if self.reconcile_asleep(&record, container).await? {
+                        report.adopted += 1;
+                    } else {
+                        report.lost += 1;
+                    }
+                }
                 (_, container) => {
                     // Expired, half-created, being deleted, or a dead pool member.
                     if let Some(container) = container {
@@ -122,7 +136,13 @@ impl Sandboxes {
                         report.removed_containers += 1;
                     }
                     let reason = if (record.status.is_live()
-                        || record.status == SandboxStatus::Paused)
+                        || matches!(
+                            record.status,
+                            SandboxStatus::Paused
+                                | SandboxStatus::Hibernated
+                                | SandboxStatus::Hibernating
+                                | SandboxStatus::Waking
+                        ))
                         && record.expires_at <= now
                     {
                         EndReason::Lifetime
@@ -130,11 +150,16 @@ impl Sandboxes {
                         EndReason::Failed
                     };
                     self.store.delete_sandbox(&record.id).await?;
+                    let _ = self
+                        .homes
+                        .remove(crate::homes::Kind::Hibernated, &record.id)
+                        .await;
                     self.metrics.sandbox_ended(reason);
                     report.dropped_records += 1;
                 }
             }
         }
+        self.reconcile_kept_homes().await?;
         tracing::info!(
             adopted = report.adopted,
             removed_containers = report.removed_containers,
@@ -143,6 +168,58 @@ impl Sandboxes {
             "reconciled with the container platform"
         );
         Ok(report)
+    }
+}
+
+impl Sandboxes {
+    /// Removes what a crash left of kept archives: half-written ones, snapshots that were being
+    /// taken, and whole ones no sandbox or snapshot refers to.
+    async fn reconcile_kept_homes(&self) -> Result<(), SandboxError> {
+        use crate::db::SnapshotStatus;
+        use crate::homes::Kind;
+        let parts = self.homes.collect_parts();
+        let mut snapshots = std::collections::HashSet::new();
+        for snapshot in self.store.snapshots(None).await? {
+            if snapshot.instance.as_deref() != Some(self.instance.as_str()) {
+                snapshots.insert(snapshot.id);
+                continue;
+            }
+            if snapshot.status == SnapshotStatus::Taking {
+                tracing::info!(snapshot_id = %snapshot.id, "removing a snapshot a crash left half taken");
+                self.store.delete_snapshot(&snapshot.id).await?;
+                let _ = self.homes.remove(Kind::Snapshot, &snapshot.id).await;
+            } else {
+                snapshots.insert(snapshot.id);
+            }
+        }
+        let mut stray = 0;
+        for id in self.homes.ids(Kind::Snapshot) {
+            if !snapshots.contains(&id) {
+                let _ = self.homes.remove(Kind::Snapshot, &id).await;
+                stray += 1;
+            }
+        }
+        for id in self.homes.ids(Kind::Hibernated) {
+            let kept = matches!(
+                self.store.sandbox(&id).await?,
+                Some(record) if matches!(
+                    record.status,
+                    SandboxStatus::Hibernated | SandboxStatus::Hibernating | SandboxStatus::Waking
+                )
+            );
+            if !kept {
+                let _ = self.homes.remove(Kind::Hibernated, &id).await;
+                stray += 1;
+            }
+        }
+        if parts + stray > 0 {
+            tracing::info!(
+                partial = parts,
+                unreferenced = stray,
+                "removed kept archives a crash left"
+            );
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The orchestrator's calls to sandboxd's own routes, through `sandbox_client`: readiness while a
-//! sandbox starts, and the heartbeat (`GET /v1/activity`) that keeps its dead-man switch from
-//! firing and reports work in flight. One connection pool serves every sandbox.
+//! sandbox starts, the heartbeat (`GET /v1/activity`) that keeps its dead-man switch from
+//! firing and reports work in flight, and the home archive of hibernation and snapshots. One
+//! connection pool serves every sandbox.
 //!
 //! The lifecycle holds these calls as a [`SandboxProbe`] (`Arc<dyn SandboxProbe>`), so tests
 //! can answer them without a container; [`SandboxdClient`] is the real one.
@@ -11,7 +12,10 @@ use sandbox_client::{ClientConfig, ClientError, SandboxClient};
 
 use crate::backend::SANDBOXD_PORT;
 
-pub use sandbox_client::types::ActivityReport;
+pub use sandbox_client::types::{ActivityReport, HomeArchiveRequest};
+
+/// How long a home archive may take to arrive (a full home of a few GiB over the bridge).
+const ARCHIVE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What the lifecycle asks a sandbox's sandboxd: whether it is ready, and the heartbeat.
 #[async_trait::async_trait]
@@ -24,6 +28,18 @@ pub trait SandboxProbe: Send + Sync {
     async fn readiness_message(&self, address: &str, key: &str) -> String;
     /// The heartbeat, `GET /v1/activity`.
     async fn activity(&self, address: &str, key: &str) -> Result<ActivityReport, ClientError>;
+    /// `POST /v1/sandbox/home/archive`, written into `out` as it arrives, refused past `limit`
+    /// bytes. Returns the bytes written; an error means `out` holds no whole archive.
+    async fn archive_home(
+        &self,
+        address: &str,
+        key: &str,
+        request: &HomeArchiveRequest,
+        out: &mut tokio::fs::File,
+        limit: u64,
+    ) -> Result<u64, ClientError>;
+    /// `POST /v1/sandbox/home/release`: gives back a sandbox held after its archive.
+    async fn release_home(&self, address: &str, key: &str) -> Result<bool, ClientError>;
 }
 
 /// Talks to sandboxd over the sandbox network.
@@ -92,5 +108,22 @@ impl SandboxProbe for SandboxdClient {
 
     async fn activity(&self, address: &str, key: &str) -> Result<ActivityReport, ClientError> {
         self.sandbox(address, key)?.activity().await
+    }
+
+    async fn archive_home(
+        &self,
+        address: &str,
+        key: &str,
+        request: &HomeArchiveRequest,
+        out: &mut tokio::fs::File,
+        limit: u64,
+    ) -> Result<u64, ClientError> {
+        self.sandbox(address, key)?
+            .home_archive(request, out, limit, ARCHIVE_TIMEOUT)
+            .await
+    }
+
+    async fn release_home(&self, address: &str, key: &str) -> Result<bool, ClientError> {
+        Ok(self.sandbox(address, key)?.home_release().await?.released)
     }
 }

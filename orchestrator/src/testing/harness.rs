@@ -36,7 +36,7 @@ pub(crate) struct Harness {
     pub(crate) store: Store,
     pub(crate) metrics: Arc<Metrics>,
     args: Vec<String>,
-    dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Harness {
@@ -113,6 +113,8 @@ impl Harness {
             paused_at: None,
             auto_resume: false,
             idle_pause_secs: None,
+            hibernated_at: None,
+            idle_hibernate_secs: None,
         }
     }
 
@@ -238,7 +240,10 @@ impl Harness {
                 .as_ref()
                 .and_then(|id| containers.iter().find(|c| &c.container_id == id));
             match row.status {
-                SandboxStatus::Creating | SandboxStatus::Deleting => {
+                SandboxStatus::Creating
+                | SandboxStatus::Deleting
+                | SandboxStatus::Hibernating
+                | SandboxStatus::Waking => {
                     leaks.push(format!(
                         "sandbox {} is left {}",
                         row.id,
@@ -257,6 +262,18 @@ impl Harness {
                 SandboxStatus::Lost if container.is_some() => {
                     leaks.push(format!("sandbox {} is lost but has a container", row.id));
                 }
+                SandboxStatus::Hibernated if row.container_id.is_some() => {
+                    leaks.push(format!("sandbox {} is hibernated with a container", row.id));
+                }
+                SandboxStatus::Hibernated
+                    if !self
+                        .sandboxes
+                        .homes
+                        .path(crate::homes::Kind::Hibernated, &row.id)
+                        .is_ok_and(|p| p.exists()) =>
+                {
+                    leaks.push(format!("sandbox {} is hibernated without its home", row.id));
+                }
                 _ => {}
             }
         }
@@ -271,9 +288,20 @@ impl Harness {
                 "the pool's queue {queued:?} is not its live members {members:?}"
             ));
         }
+        for id in self.sandboxes.homes.ids(crate::homes::Kind::Hibernated) {
+            if !rows
+                .iter()
+                .any(|r| r.id == id && r.status == SandboxStatus::Hibernated)
+            {
+                leaks.push(format!("a kept home outlives sandbox {id}'s hibernation"));
+            }
+        }
         let live: BTreeSet<&str> = rows
             .iter()
-            .filter(|r| r.status.is_live() || r.status == SandboxStatus::Paused)
+            .filter(|r| {
+                r.status.is_live()
+                    || matches!(r.status, SandboxStatus::Paused | SandboxStatus::Hibernated)
+            })
             .map(|r| r.id.as_str())
             .collect();
         for id in self.sandboxes.activity.tracked() {

@@ -20,7 +20,7 @@ use sandbox_client::ClientError;
 use tokio::sync::oneshot;
 
 use crate::backend::{Backend, BackendError, ContainerInfo, ContainerSpec, Started};
-use crate::sandboxes::sandboxd::{ActivityReport, SandboxProbe};
+use crate::sandboxes::sandboxd::{ActivityReport, HomeArchiveRequest, SandboxProbe};
 
 /// A call a test can make fail or hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,6 +36,8 @@ pub(crate) enum Step {
     Activity,
     Pause,
     Resume,
+    /// sandboxd's `/v1/sandbox/home/archive`.
+    Archive,
 }
 
 /// One container as the fake platform holds it.
@@ -54,6 +56,11 @@ pub(crate) struct FakeContainer {
     pub(crate) not_ready: Vec<String>,
     /// Work in flight its sandboxd reports in the heartbeat.
     pub(crate) in_flight: usize,
+    /// Its home, as the bytes its archive route answers (set from the home archive it was
+    /// started with).
+    pub(crate) home: Vec<u8>,
+    /// Held after an archive with `keep_held` (not released yet).
+    pub(crate) held: bool,
 }
 
 /// How a held step goes on.
@@ -236,6 +243,26 @@ impl FakePlatform {
             api_key: api_key.to_string(),
             not_ready: state.boot_not_ready.clone(),
             in_flight: 0,
+            home: Vec::new(),
+            held: false,
+        }
+    }
+
+    /// What a sandbox's home holds (the bytes its archive route answers).
+    pub(crate) fn set_home(&self, sandbox_id: &str, home: &[u8]) {
+        self.update(sandbox_id, |c| c.home = home.to_vec());
+    }
+
+    /// Marks the container at `address` held or released; whether it was held.
+    fn set_held(&self, address: &str, held: bool) -> bool {
+        let mut state = self.state();
+        match state
+            .containers
+            .values_mut()
+            .find(|c| c.address == address && c.running)
+        {
+            Some(c) => std::mem::replace(&mut c.held, held),
+            None => false,
         }
     }
 
@@ -367,14 +394,20 @@ impl Backend for FakePlatform {
     }
 
     async fn start(&self, spec: &ContainerSpec) -> Result<Started, BackendError> {
+        let home = match &spec.home_archive {
+            Some(path) => std::fs::read(path)
+                .map_err(|e| failed("reading the home archive", e.to_string()))?,
+            None => Vec::new(),
+        };
         let container = {
             let mut state = self.state();
-            let container = Self::new_container(
+            let mut container = Self::new_container(
                 &mut state,
                 &self.instance,
                 Some(&spec.sandbox_id),
                 &spec.api_key,
             );
+            container.home = home;
             state
                 .containers
                 .insert(container.container_id.clone(), container.clone());
@@ -503,5 +536,53 @@ impl SandboxProbe for FakePlatform {
             ready: container.not_ready.is_empty(),
             not_ready: container.not_ready,
         })
+    }
+
+    async fn archive_home(
+        &self,
+        address: &str,
+        key: &str,
+        request: &HomeArchiveRequest,
+        out: &mut tokio::fs::File,
+        limit: u64,
+    ) -> Result<u64, ClientError> {
+        use tokio::io::AsyncWriteExt;
+        self.step(Step::Archive)
+            .await
+            .map_err(|_| no_answer("home archive", address))?;
+        let home = {
+            let Some(container) = self.sandboxd_at("home archive", address, key)? else {
+                return Err(ClientError::Status {
+                    operation: "home archive",
+                    status: StatusCode::UNAUTHORIZED,
+                    message: "wrong key".into(),
+                    loc: None,
+                });
+            };
+            container.home.clone()
+        };
+        if home.len() as u64 > limit {
+            return Err(ClientError::TooLarge {
+                operation: "home archive",
+                limit,
+            });
+        }
+        if request.keep_held {
+            self.set_held(address, true);
+        }
+        out.write_all(&home)
+            .await
+            .map_err(|e| ClientError::Decode {
+                operation: "home archive",
+                reason: e.to_string(),
+            })?;
+        Ok(home.len() as u64)
+    }
+
+    async fn release_home(&self, address: &str, key: &str) -> Result<bool, ClientError> {
+        if self.sandboxd_at("home release", address, key)?.is_none() {
+            return Err(no_answer("home release", address));
+        }
+        Ok(self.set_held(address, false))
     }
 }

@@ -94,6 +94,8 @@ impl Console {
                 paused_at: None,
                 auto_resume: false,
                 idle_pause_secs: None,
+                hibernated_at: None,
+                idle_hibernate_secs: None,
             })
             .await
             .expect("a sandbox row");

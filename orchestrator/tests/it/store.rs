@@ -43,6 +43,8 @@ fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
         paused_at: None,
         auto_resume: pooled,
         idle_pause_secs: (!pooled).then_some(45),
+        hibernated_at: None,
+        idle_hibernate_secs: None,
     }
 }
 
@@ -223,6 +225,7 @@ async fn touch_only_moves_forward_and_timeouts_are_set(store: &Store) -> anyhow:
                 max_lifetime_secs: 60,
                 expires_at: 61_000,
                 idle_pause_secs: Some(20),
+                idle_hibernate_secs: Some(90),
             },
         )
         .await?;
@@ -232,9 +235,10 @@ async fn touch_only_moves_forward_and_timeouts_are_set(store: &Store) -> anyhow:
             a.idle_timeout_secs,
             a.max_lifetime_secs,
             a.expires_at,
-            a.idle_pause_secs
+            a.idle_pause_secs,
+            a.idle_hibernate_secs
         ),
-        (30, 60, 61_000, Some(20))
+        (30, 60, 61_000, Some(20), Some(90))
     );
     // Paused and resumed: only from a live state, and only once each.
     store.mark_ready("sbx-a", 5_500).await?;

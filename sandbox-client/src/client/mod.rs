@@ -17,6 +17,7 @@ pub mod browser;
 pub mod desktop;
 pub mod files;
 pub mod health;
+pub mod home;
 pub mod shell;
 
 use std::sync::Arc;

@@ -1,9 +1,10 @@
 //! End-to-end tests of the orchestrator with the real Docker Engine and the real sandbox image
 //! (`AGENTBOX_SANDBOX_IMAGE`, default `agentbox/sandbox:latest`): lifecycle, proxies, auth,
 //! tokens (`auth`), the VNC view-only filter, CDP, the reaper, the pool, crash recovery,
-//! concurrency, pause and resume (`pause`).
+//! concurrency, pause and resume (`pause`), hibernation, snapshots and forks (`hibernate`).
 
 mod auth;
+mod hibernate;
 mod pause;
 
 use crate::common;

@@ -2,6 +2,7 @@
 //! for its Python and Node.js (`GET /v1/sandbox/packages/{python,nodejs}`).
 
 pub mod activity;
+pub mod home;
 pub mod hooks;
 pub mod processes;
 pub mod skills;
@@ -30,6 +31,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(activity::routes())
         .merge(processes::routes())
         .merge(hooks::routes())
+        .merge(home::routes())
         .merge(skills::routes())
 }
 
