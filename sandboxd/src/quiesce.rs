@@ -1,6 +1,8 @@
 //! Holding the sandbox still while its home is archived (`home_archive`), so that an archive is
-//! never a half-written state: Chromium is stopped through the supervisor (on SIGTERM it saves
-//! its session, tabs and cookies, and closes its databases), and every other process of the
+//! never a half-written state: Chromium is closed through CDP (`Browser.close`, its orderly
+//! shutdown: it writes its session, its tabs and its cookie store; SIGTERM would end it at once,
+//! recent cookies unwritten), the supervisor told to expect the exit and to keep it stopped;
+//! and every other process of the
 //! agent (shell commands, terminals, code sessions, programs they started) is stopped with
 //! SIGSTOP. The desktop's own programs (Xvfb, the window manager, the VNC server, the CDP
 //! relay) keep running: they write nothing in the home. [`Hold::release`] sends SIGCONT and
@@ -38,6 +40,7 @@ pub enum QuiesceError {
 /// The one hold of this sandbox.
 pub struct Quiescer {
     supervisor: Arc<Supervisor>,
+    browser: Arc<crate::browser::BrowserService>,
     /// The agent's home (the browser's profile in it).
     home: std::path::PathBuf,
     /// The current hold's generation (`None`: none), so that a late timer does not release a
@@ -58,9 +61,14 @@ pub struct Hold {
 }
 
 impl Quiescer {
-    pub fn new(supervisor: Arc<Supervisor>, home: std::path::PathBuf) -> Arc<Self> {
+    pub fn new(
+        supervisor: Arc<Supervisor>,
+        browser: Arc<crate::browser::BrowserService>,
+        home: std::path::PathBuf,
+    ) -> Arc<Self> {
         Arc::new(Self {
             supervisor,
+            browser,
             home,
             current: Mutex::new(None),
             next: std::sync::atomic::AtomicU64::new(1),
@@ -84,14 +92,22 @@ impl Quiescer {
             frozen: Vec::new(),
             browser_was_running: false,
         };
-        let browser_running = self.supervisor.status().iter().any(|p| {
-            p.name == BROWSER && matches!(p.state, ProgramState::Starting | ProgramState::Ready)
+        let browser_pid = self.supervisor.status().iter().find_map(|p| {
+            (p.name == BROWSER && matches!(p.state, ProgramState::Starting | ProgramState::Ready))
+                .then_some(p.pid)
+                .flatten()
         });
-        if browser_running {
+        if let Some(pid) = browser_pid {
             hold.browser_was_running = true;
-            if let Err(error) = self.supervisor.stop_program(BROWSER).await {
+            if let Err(error) = self.supervisor.stop_program_by_caller(BROWSER).await {
                 hold.release().await;
                 return Err(error.into());
+            }
+            if let Err(error) = self.browser.close_browser().await {
+                // The orderly close could not be asked for: the stop signal then (its session
+                // is saved; cookies set in the last 30 s may not be).
+                tracing::warn!(%error, "closing the browser through CDP failed; signalling it");
+                supervisor::process::ProcessGroup::new(pid).signal(Signal::SIGTERM);
             }
             let stopped = self
                 .supervisor

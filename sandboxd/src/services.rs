@@ -86,6 +86,7 @@ impl Services {
             // the default client has the same needs.
             .unwrap_or_default();
         let confinement = || Confinement::new(&settings.file_roots, &settings.workspace);
+        let browser = Arc::new(BrowserService::new(&settings.browser));
         Self {
             shell: Arc::new(Shell::new(
                 ShellConfig::from_settings(&settings),
@@ -101,7 +102,7 @@ impl Services {
                 },
             )),
             watches: Arc::new(Watches::new(confinement(), WatchLimits::default())),
-            browser: Arc::new(BrowserService::new(&settings.browser)),
+            browser: browser.clone(),
             vnc: Arc::new(VncGateway::new(
                 settings.vnc.clone(),
                 VncPasswords::generate(),
@@ -130,7 +131,11 @@ impl Services {
                 run_as,
                 settings.workspace.clone(),
             )),
-            quiescer: crate::quiesce::Quiescer::new(supervisor.clone(), settings.home_dir.clone()),
+            quiescer: crate::quiesce::Quiescer::new(
+                supervisor.clone(),
+                browser.clone(),
+                settings.home_dir.clone(),
+            ),
             supervisor,
             settings,
             activity,

@@ -124,6 +124,8 @@ pub struct Supervisor {
 enum Control {
     Start,
     Stop,
+    /// Stop, without the stop signal: the caller makes the program exit.
+    StopByCaller,
     Restart,
 }
 
@@ -276,6 +278,13 @@ impl Supervisor {
     /// Stops a program and keeps it stopped.
     pub async fn stop_program(&self, name: &str) -> Result<(), SupervisorError> {
         self.control(name, Control::Stop).await
+    }
+
+    /// Marks a program as stopping without sending it its stop signal: the caller makes it
+    /// exit (a browser closed through its own protocol saves what a signal would not). Past its
+    /// stop wait its process group is killed, as for any stop; it stays stopped.
+    pub async fn stop_program_by_caller(&self, name: &str) -> Result<(), SupervisorError> {
+        self.control(name, Control::StopByCaller).await
     }
 
     /// Stops a program if it runs, then starts it again. Programs that depend on it are restarted
@@ -511,11 +520,12 @@ impl Engine {
         let program = &mut self.programs[index];
         tracing::info!(program = %program.name, ?control, "control request");
         match control {
-            Control::Stop => {
+            Control::Stop | Control::StopByCaller => {
                 program.wanted = false;
                 if program.is_running() {
                     if program.state != ProgramState::Stopping {
-                        self.stop(index, StopReason::Requested);
+                        let signal = !matches!(control, Control::StopByCaller);
+                        self.stop_with(index, StopReason::Requested, signal);
                     }
                 } else {
                     program.cancel_tasks();
@@ -615,6 +625,12 @@ impl Engine {
 
     /// Sends the stop signal to a running program's group and arms the kill timer.
     fn stop(&mut self, index: usize, reason: StopReason) {
+        self.stop_with(index, reason, true);
+    }
+
+    /// [`stop`](Self::stop), sending the stop signal or (`signal == false`) leaving the exit
+    /// to the caller; the stop wait's kill applies either way.
+    fn stop_with(&mut self, index: usize, reason: StopReason, signal: bool) {
         let program = &mut self.programs[index];
         let Some(pid) = program.pid else {
             program.state = ProgramState::Stopped;
@@ -623,10 +639,14 @@ impl Engine {
         program.cancel_tasks();
         program.state = ProgramState::Stopping;
         program.stop_reason = Some(reason);
-        // Validation proved the signal parses; fall back to SIGTERM rather than panic.
-        let signal = program.spec.stop_signal().unwrap_or(Signal::SIGTERM);
-        tracing::info!(program = %program.name, pid, %signal, ?reason, "stopping");
-        ProcessGroup::new(pid).signal(signal);
+        if signal {
+            // Validation proved the signal parses; fall back to SIGTERM rather than panic.
+            let signal = program.spec.stop_signal().unwrap_or(Signal::SIGTERM);
+            tracing::info!(program = %program.name, pid, %signal, ?reason, "stopping");
+            ProcessGroup::new(pid).signal(signal);
+        } else {
+            tracing::info!(program = %program.name, pid, ?reason, "stopping (by the caller)");
+        }
         let generation = program.generation;
         let wait = program.spec.stop_wait();
         self.after(index, wait, Event::StopTimeout { index, generation });

@@ -236,6 +236,48 @@ async fn stop_kills_the_whole_group_after_stop_wait() {
 }
 
 #[tokio::test]
+async fn a_stop_by_the_caller_sends_no_signal_and_stays_stopped_when_the_program_exits() {
+    // The program writes a file when SIGTERM reaches it; the caller ends it with SIGUSR1.
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("got-term");
+    let mut graceful = sh(
+        "graceful",
+        &format!(
+            "trap 'touch {}; exit 0' TERM; trap 'exit 0' USR1; while :; do sleep 0.05; done",
+            marker.display()
+        ),
+    );
+    graceful.start_secs = 0.1;
+    graceful.stop_wait_secs = 5.0;
+    let sup = Supervisor::start(config(vec![graceful])).unwrap();
+    let ready = until(&sup, "ready", all_ready).await;
+    let pid = ready[0].pid.unwrap();
+
+    sup.stop_program_by_caller("graceful").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sup.status()[0].state,
+        ProgramState::Stopping,
+        "still running"
+    );
+    assert!(!marker.exists(), "no stop signal was sent");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    let stopped = until(&sup, "stopped", |s| s[0].state == ProgramState::Stopped).await;
+    assert_eq!(stopped[0].last_exit, Some(ExitStatus::Code(0)));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sup.status()[0].state,
+        ProgramState::Stopped,
+        "not restarted"
+    );
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
 async fn shutdown_stops_dependents_before_dependencies() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("order");

@@ -237,6 +237,26 @@ impl BrowserService {
         }
     }
 
+    /// Asks Chromium to close itself (CDP `Browser.close`): its orderly shutdown, which writes
+    /// its cookie store and its session to disk. (SIGTERM ends it at once: the session is saved,
+    /// cookies set since the store's last 30 s commit are not.) The connection ends with it; the
+    /// caller waits for the process to exit.
+    pub async fn close_browser(&self) -> Result<(), BrowserError> {
+        let session = tokio::time::timeout(OP_TIMEOUT, self.connection.session())
+            .await
+            .map_err(|_| BrowserError::timeout("connecting to close the browser", OP_TIMEOUT))??;
+        // The answer may never come: the browser is gone before it is sent.
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            session
+                .browser
+                .execute(chromiumoxide::cdp::browser_protocol::browser::CloseParams::default()),
+        )
+        .await;
+        self.connection.reset().await;
+        Ok(())
+    }
+
     /// Chromium's `/json/version` (its websocket URL changes when it restarts).
     pub async fn version(&self) -> Result<connection::VersionInfo, BrowserError> {
         self.connection.version().await
