@@ -33,8 +33,21 @@ const LEFT_OUT_NAMES: &[&str] = &[
     "SingletonCookie",
 ];
 
-/// Paths (relative to the home) left out with everything under them.
-const LEFT_OUT_PATHS: &[&str] = &[".cache", ".local/share/jupyter/runtime"];
+/// Paths (relative to the home) left out with everything under them: caches, Jupyter's
+/// runtime folder, and what Chromium rebuilds by itself (its metrics files, 4 MiB a run, which
+/// would pile up with every wake; its GPU shader caches; crash reports).
+const LEFT_OUT_PATHS: &[&str] = &[
+    ".cache",
+    ".local/share/jupyter/runtime",
+    ".config/chromium/BrowserMetrics",
+    ".config/chromium/Crash Reports",
+    ".config/chromium/GrShaderCache",
+    ".config/chromium/ShaderCache",
+    ".config/chromium/GraphiteDawnCache",
+    ".config/chromium/Default/GPUCache",
+    ".config/chromium/Default/DawnWebGPUCache",
+    ".config/chromium/Default/DawnGraphiteCache",
+];
 
 /// Whether the entry at `relative` (a path inside the home) is never archived.
 pub fn is_left_out(relative: &Path) -> bool {
@@ -273,6 +286,12 @@ mod tests {
         fs::create_dir_all(home.join(".cache/chromium")).unwrap();
         fs::write(home.join(".cache/chromium/blob"), "cache").unwrap();
         fs::create_dir_all(home.join(".config/chromium/Default")).unwrap();
+        fs::create_dir_all(home.join(".config/chromium/BrowserMetrics")).unwrap();
+        fs::write(
+            home.join(".config/chromium/BrowserMetrics/run.pma"),
+            "metrics",
+        )
+        .unwrap();
         fs::write(home.join(".config/chromium/Default/Cookies"), "cookies").unwrap();
         symlink("host-1234", home.join(".config/chromium/SingletonLock")).unwrap();
         fs::create_dir_all(home.join(".local/share/jupyter/runtime")).unwrap();
@@ -320,6 +339,7 @@ mod tests {
             ".bash_history",
             ".cache",
             ".config/chromium/SingletonLock",
+            ".config/chromium/BrowserMetrics",
             ".local/share/jupyter/runtime",
             "pipe",
         ] {

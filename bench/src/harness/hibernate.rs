@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use agentbox_bench::{
-    ADMIN_KEY, OrchestratorServer as Server, Stats, arg, docker, orchestrator_binary, print_header,
+    ADMIN_KEY, OrchestratorServer as Server, Stats, arg, orchestrator_binary, print_header,
     print_row, sandbox_container,
 };
 use anyhow::{Context, bail};
@@ -383,20 +383,13 @@ pub async fn main() -> anyhow::Result<()> {
             .await?;
     }
     let hibernate_all = started.elapsed();
-    let left = docker(&[
-        "ps",
-        "-q",
-        "--filter",
-        &format!("label=agentbox.instance={}", server.instance),
-    ])?;
-    let containers_left = left.lines().filter(|l| !l.trim().is_empty()).count();
-    let resident_left: u64 = left
-        .lines()
-        .filter_map(|c| {
-            let full = docker(&["inspect", "-f", "{{.Id}}", c.trim()]).ok()?;
-            memory_bytes(&full).ok()
-        })
-        .sum();
+    // The hibernated sandboxes' containers that are left (none should be).
+    let left: Vec<String> = ids
+        .iter()
+        .filter_map(|id| sandbox_container(id).ok())
+        .collect();
+    let containers_left = left.len();
+    let resident_left: u64 = left.iter().filter_map(|c| memory_bytes(c).ok()).sum();
     let kept_disk: u64 = std::fs::read_dir(server.data_dir().join("homes"))
         .map(|entries| {
             entries

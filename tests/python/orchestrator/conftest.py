@@ -19,8 +19,8 @@ ADMIN_KEY = "py-admin-key-" + secrets.token_hex(16)
 
 
 class Orchestrator(OrchestratorProcess):
-    def __init__(self):
-        super().__init__(ADMIN_KEY, "pytest-")
+    def __init__(self, extra_args=()):
+        super().__init__(ADMIN_KEY, "pytest-", extra_args)
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
 
@@ -54,7 +54,9 @@ def admin_key():
 
 @pytest.fixture
 def own_orchestrator():
-    """An orchestrator for one test alone (for tests whose deletes must not reach others')."""
-    server = Orchestrator()
+    """An orchestrator for one test alone (for tests whose deletes must not reach others'), with
+    at most 3 sandboxes per key: a generated fork of up to 20 stops at the quota (429, all or
+    nothing) instead of starting 20 desktops."""
+    server = Orchestrator(extra_args=("--max-sandboxes-per-key", "3"))
     yield server
     server.close()

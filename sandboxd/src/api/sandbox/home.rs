@@ -34,7 +34,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// saves its session, tabs and cookies) and the agent's other processes are frozen while the
 /// archive is written, so it is never a half-written state; then they are released, unless
 /// `keep_held`. Left out: `.cache`, shell and REPL histories, Jupyter's runtime folder,
-/// Chromium's singleton lock, sockets and FIFOs. A failure while streaming ends the response
+/// Chromium's singleton lock, metrics files, GPU caches and crash reports, sockets and FIFOs. A failure while streaming ends the response
 /// without the end of the chunked body (the archive is then incomplete and must be dropped).
 #[utoipa::path(post, path = "/v1/sandbox/home/archive", tag = "sandbox",
     request_body(content = HomeArchiveRequest, description = "optional: the whole home, released after"),
