@@ -23,7 +23,7 @@ use std::time::Duration;
 use super::pause::Why;
 use super::sandboxd::HomeArchiveRequest;
 use super::{LifecycleChange, SandboxError, Sandboxes};
-use crate::db::{RunStatus, SandboxRecord, SandboxStatus};
+use crate::db::{SandboxRecord, SandboxStatus};
 use crate::homes::Kind;
 use crate::validate::{self, Invalid};
 
@@ -128,15 +128,7 @@ impl Sandboxes {
                 "sandbox {id} is no longer idle"
             )));
         }
-        if let Some((run_id, status)) = self.store.active_run_on(&id).await?
-            && matches!(status, RunStatus::Queued | RunStatus::Running)
-        {
-            return Err(SandboxError::Conflict(format!(
-                "run {run_id} is {} on sandbox {id}: take the run over (or wait until it asks \
-                 for input) before hibernating",
-                status.as_str()
-            )));
-        }
+        self.refuse_while_a_run_drives(&id, "hibernating").await?;
         let (Some(container_id), Some(address)) =
             (record.container_id.clone(), record.address.clone())
         else {
@@ -389,12 +381,7 @@ impl Sandboxes {
             .wait_ready(&started.container_id, &started.address, &spec.api_key)
             .await
         {
-            let logs = self
-                .backend
-                .logs_tail(&started.container_id, 30)
-                .await
-                .unwrap_or_else(|e| format!("(logs unavailable: {e})"));
-            let _ = self.backend.remove(&started.container_id).await;
+            let logs = self.remove_unready(&started.container_id).await;
             return Err(SandboxError::NotReady { reason, logs });
         }
         Ok((started.container_id, started.address))

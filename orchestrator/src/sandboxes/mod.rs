@@ -642,12 +642,7 @@ impl Sandboxes {
             .wait_ready(&started.container_id, &started.address, &key)
             .await
         {
-            let logs = self
-                .backend
-                .logs_tail(&started.container_id, 30)
-                .await
-                .unwrap_or_else(|e| format!("(logs unavailable: {e})"));
-            let _ = self.backend.remove(&started.container_id).await;
+            let logs = self.remove_unready(&started.container_id).await;
             let _ = self.store.delete_sandbox(&record.id).await;
             self.metrics.sandbox_ended(EndReason::Failed);
             tracing::warn!(sandbox_id = %record.id, %reason, "sandbox failed to become ready; removed");
@@ -669,6 +664,17 @@ impl Sandboxes {
         self.activity.seed(&record.id, now);
         tracing::info!(sandbox_id = %record.id, container_id = %started.container_id, pooled = record.pooled, "sandbox ready");
         Ok(record)
+    }
+
+    /// Removes a container that did not get ready; its last output first, for the error.
+    async fn remove_unready(&self, container_id: &str) -> String {
+        let logs = self
+            .backend
+            .logs_tail(container_id, 30)
+            .await
+            .unwrap_or_else(|e| format!("(logs unavailable: {e})"));
+        let _ = self.backend.remove(container_id).await;
+        logs
     }
 
     /// Polls `/readyz` until 200, the container exits, or the ready timeout passes.

@@ -254,15 +254,7 @@ impl Sandboxes {
                 "sandbox {id} is no longer idle"
             )));
         }
-        if let Some((run_id, status)) = self.store.active_run_on(&id).await?
-            && matches!(status, RunStatus::Queued | RunStatus::Running)
-        {
-            return Err(SandboxError::Conflict(format!(
-                "run {run_id} is {} on sandbox {id}: take the run over (or wait until it asks \
-                 for input) before pausing",
-                status.as_str()
-            )));
-        }
+        self.refuse_while_a_run_drives(&id, "pausing").await?;
         let Some(container_id) = record.container_id.clone() else {
             return Err(SandboxError::Conflict(format!(
                 "sandbox {id} has no container"
@@ -295,6 +287,25 @@ impl Sandboxes {
         record.status = SandboxStatus::Paused;
         record.paused_at = Some(now);
         Ok(record)
+    }
+
+    /// A conflict when a run is queued or running on the sandbox: the agent's next action would
+    /// meet a frozen (or missing) computer. `doing` names the refused change ("pausing").
+    pub(crate) async fn refuse_while_a_run_drives(
+        &self,
+        id: &str,
+        doing: &str,
+    ) -> Result<(), SandboxError> {
+        if let Some((run_id, status)) = self.store.active_run_on(id).await?
+            && matches!(status, RunStatus::Queued | RunStatus::Running)
+        {
+            return Err(SandboxError::Conflict(format!(
+                "run {run_id} is {} on sandbox {id}: take the run over (or wait until it asks \
+                 for input) before {doing}",
+                status.as_str()
+            )));
+        }
+        Ok(())
     }
 
     /// Thaws a paused sandbox (its lock held by the caller) and waits until its sandboxd
