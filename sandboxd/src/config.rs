@@ -55,6 +55,10 @@ pub struct Settings {
     /// (`SANDBOXD_HOME_ARCHIVE`, default `/var/lib/agentbox/restore/home.tar`, where the
     /// orchestrator puts a hibernated sandbox's, a snapshot's or a profile's before start).
     pub home_archive: PathBuf,
+    /// A browser profile's archive to put in place of the home's Chromium profile before any
+    /// program starts (`SANDBOXD_PROFILE_ARCHIVE`, default
+    /// `/var/lib/agentbox/restore/profile.tar`, where the orchestrator puts a named profile's).
+    pub profile_archive: PathBuf,
     /// Screen geometry (`SCREEN_WIDTH`, `SCREEN_HEIGHT`, `SCREEN_DEPTH`).
     pub screen: Screen,
     /// Sandbox id given by the orchestrator (`SANDBOX_ID`), for logs.
@@ -358,6 +362,9 @@ impl Settings {
             workspace,
             home_archive: get("SANDBOXD_HOME_ARCHIVE")
                 .unwrap_or_else(|| "/var/lib/agentbox/restore/home.tar".into())
+                .into(),
+            profile_archive: get("SANDBOXD_PROFILE_ARCHIVE")
+                .unwrap_or_else(|| "/var/lib/agentbox/restore/profile.tar".into())
                 .into(),
             screen,
             sandbox_id: get("SANDBOX_ID"),

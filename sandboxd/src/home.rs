@@ -25,6 +25,47 @@ pub fn restore_saved(
     crate::home_archive::restore(io::BufReader::with_capacity(1 << 20, file), home).map(Some)
 }
 
+/// Puts a saved browser profile (an archive of [`BROWSER_PROFILE`] alone) in place of the
+/// home's, when there is one: the folder is emptied first, so the profile wins over what a
+/// restored home held, and no session restore is asked for (a profile brings logins, not the
+/// last task's tabs). Any entry outside the folder refuses the archive, and a refused archive
+/// leaves the folder empty (a fresh browser) rather than half restored. `Ok(None)`: no archive.
+pub fn restore_profile(
+    archive: &Path,
+    home: &Path,
+) -> io::Result<Option<crate::home_archive::Restored>> {
+    let file = match std::fs::File::open(archive) {
+        Ok(file) => file,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    let folder = home.join(BROWSER_PROFILE);
+    let empty = || match std::fs::remove_dir_all(&folder) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    };
+    empty()?;
+    std::fs::create_dir_all(home)?;
+    let restored = crate::home_archive::restore_within(
+        io::BufReader::with_capacity(1 << 20, file),
+        home,
+        Some(Path::new(BROWSER_PROFILE)),
+    );
+    match restored {
+        Ok(restored) => {
+            match std::fs::remove_file(folder.join(RESTORE_MARKER)) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+            Ok(Some(restored))
+        }
+        Err(error) => {
+            empty()?;
+            Err(error)
+        }
+    }
+}
+
 /// The browser profile's folder in the home (`start-chromium`'s default).
 pub const BROWSER_PROFILE: &str = ".config/chromium";
 /// The file in the profile that tells `start-chromium` to reopen the last session's tabs once
@@ -110,5 +151,57 @@ mod tests {
             std::fs::read_to_string(home.join(".bashrc")).unwrap(),
             "the agent's own"
         );
+    }
+
+    #[test]
+    fn a_profile_takes_the_place_of_the_homes_and_asks_for_no_session() {
+        let dir = tempfile::tempdir().unwrap();
+        // The profile as saved: its cookies, a session, and a marker left by mistake.
+        let saved = dir.path().join("saved");
+        let profile = saved.join(BROWSER_PROFILE);
+        std::fs::create_dir_all(profile.join("Default/Sessions")).unwrap();
+        std::fs::write(profile.join("Default/Cookies"), "login=alice").unwrap();
+        std::fs::write(profile.join(RESTORE_MARKER), "").unwrap();
+        let archive = dir.path().join("profile.tar");
+        let file = std::fs::File::create(&archive).unwrap();
+        crate::home_archive::write(&saved, Some(Path::new(BROWSER_PROFILE)), file).unwrap();
+
+        // A home restored from a snapshot, with its own browser profile and session marker.
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(BROWSER_PROFILE).join("Default/Sessions")).unwrap();
+        std::fs::write(home.join(BROWSER_PROFILE).join("Default/Bookmarks"), "{}").unwrap();
+        ask_browser_to_restore(&home).unwrap();
+        std::fs::write(home.join("notes.txt"), "kept").unwrap();
+
+        let restored = restore_profile(&archive, &home).unwrap().unwrap();
+        assert!(restored.entries > 3, "{restored:?}");
+        let folder = home.join(BROWSER_PROFILE);
+        assert_eq!(
+            std::fs::read_to_string(folder.join("Default/Cookies")).unwrap(),
+            "login=alice"
+        );
+        assert!(
+            !folder.join("Default/Bookmarks").exists(),
+            "the home's profile went"
+        );
+        assert!(!folder.join(RESTORE_MARKER).exists(), "no session restore");
+        assert_eq!(
+            std::fs::read_to_string(home.join("notes.txt")).unwrap(),
+            "kept"
+        );
+
+        // No archive: nothing touched. A whole home's archive: refused, and an empty profile.
+        assert!(
+            restore_profile(&dir.path().join("none.tar"), &home)
+                .unwrap()
+                .is_none()
+        );
+        assert!(folder.join("Default/Cookies").exists());
+        std::fs::write(saved.join(".bashrc"), "evil").unwrap();
+        let file = std::fs::File::create(&archive).unwrap();
+        crate::home_archive::write(&saved, None, file).unwrap();
+        assert!(restore_profile(&archive, &home).is_err());
+        assert!(!folder.exists(), "a refused profile leaves an empty one");
+        assert!(!home.join(".bashrc").exists());
     }
 }

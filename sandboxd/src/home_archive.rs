@@ -227,6 +227,20 @@ pub struct Restored {
 /// absolute or leaves the home (`..`), hard links and device files are refused, and so is the
 /// whole archive with them (an archive from an agent is not trusted to be well formed).
 pub fn restore(archive: impl Read, home: &Path) -> io::Result<Restored> {
+    restore_within(archive, home, None)
+}
+
+/// [`restore`], refusing (with the rest of the archive) every entry that is not `within` (a
+/// relative path in the home) or under it, but for the folders leading to it: what an archive
+/// of one folder (`write` with `only`) holds.
+pub fn restore_within(
+    archive: impl Read,
+    home: &Path,
+    within: Option<&Path>,
+) -> io::Result<Restored> {
+    if let Some(within) = within {
+        check_relative(within)?;
+    }
     let mut archive = tar::Archive::new(archive);
     archive.set_preserve_permissions(true);
     archive.set_preserve_mtime(true);
@@ -249,6 +263,19 @@ pub fn restore(archive: impl Read, home: &Path) -> io::Result<Restored> {
         }
         let path = entry.path()?.into_owned();
         check_relative(&path)?;
+        if let Some(within) = within {
+            let leading = kind == tar::EntryType::Directory && within.starts_with(&path);
+            if !leading && !path.starts_with(within) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} is not in {}, the only folder this archive may hold",
+                        path.display(),
+                        within.display()
+                    ),
+                ));
+            }
+        }
         // `unpack_in` refuses paths that would land outside `home`, through `..` or a
         // symbolic link met on the way.
         if !entry.unpack_in(home)? {
@@ -382,6 +409,43 @@ mod tests {
         )
         .unwrap();
         restore(archive.as_slice(), target.path()).unwrap();
+
+        // Restored only within the folder it is of: the whole home's archive is refused there,
+        // and so is one folder's archive with an entry slipped in beside it.
+        let within = Some(Path::new(".config/chromium"));
+        let profile = tempfile::tempdir().unwrap();
+        restore_within(archive.as_slice(), profile.path(), within).unwrap();
+        let mut whole = Vec::new();
+        write(source.path(), None, &mut whole).unwrap();
+        let error = restore_within(whole.as_slice(), profile.path(), within).unwrap_err();
+        assert!(
+            error.to_string().contains("not in .config/chromium"),
+            "{error}"
+        );
+        let slipped_in = archive_of(|b| {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Directory);
+            header.set_size(0);
+            header.set_mode(0o755);
+            b.append_data(&mut header, ".config", &[][..]).unwrap();
+            let mut header = tar::Header::new_gnu();
+            header.set_size(4);
+            header.set_mode(0o644);
+            b.append_data(
+                &mut header,
+                ".config/chromium/Default/Prefs",
+                &b"{}\n\n"[..4],
+            )
+            .unwrap();
+            let mut header = tar::Header::new_gnu();
+            header.set_size(4);
+            header.set_mode(0o644);
+            b.append_data(&mut header, ".config/autostart/evil.desktop", &b"evil"[..])
+                .unwrap();
+        });
+        let target = tempfile::tempdir().unwrap();
+        assert!(restore_within(slipped_in.as_slice(), target.path(), within).is_err());
+        assert!(!target.path().join(".config/autostart").exists());
 
         for bad in ["", "/etc", "../x", ".config/../.."] {
             assert!(

@@ -142,6 +142,20 @@ pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow:
             tracing::error!(archive = %settings.home_archive.display(), %error, "cannot restore the home from its archive");
         }
     }
+    // Then a named browser profile, in place of the profile the home had.
+    match home::restore_profile(&settings.profile_archive, &settings.home_dir) {
+        Ok(None) => {}
+        Ok(Some(restored)) => {
+            tracing::info!(
+                entries = restored.entries,
+                bytes = restored.bytes,
+                "browser profile restored from its archive"
+            );
+        }
+        Err(error) => {
+            tracing::error!(archive = %settings.profile_archive.display(), %error, "cannot restore the browser profile; the browser starts with an empty one");
+        }
+    }
     // The home may be an empty tmpfs: its dotfiles and the workspace go back before anything
     // runs there.
     if let Err(error) = home::prepare(&settings.home_dir, &settings.workspace) {
