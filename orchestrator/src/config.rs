@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// Ready containers kept waiting for the default image.
     #[arg(long, env = "AGENTBOX_POOL_SIZE", default_value_t = 2)]
     pub pool_size: usize,
+    /// Fill the warm pool from this snapshot (`snp-...`, kept by this instance) instead of the
+    /// bare image: creates that name it, by the key that owns it, are served from the pool;
+    /// others start cold.
+    #[arg(long, env = "AGENTBOX_POOL_SNAPSHOT")]
+    pub pool_snapshot: Option<String>,
     /// Memory limit per sandbox, MiB.
     #[arg(long, env = "AGENTBOX_SANDBOX_MEMORY_MIB", default_value_t = 2048)]
     pub memory_mib: u64,
@@ -107,6 +112,9 @@ pub struct ServeArgs {
     /// Snapshots one API key may keep.
     #[arg(long, env = "AGENTBOX_MAX_SNAPSHOTS_PER_KEY", default_value_t = 20)]
     pub max_snapshots_per_key: usize,
+    /// Browser profiles one API key may keep.
+    #[arg(long, env = "AGENTBOX_MAX_PROFILES_PER_KEY", default_value_t = 20)]
+    pub max_profiles_per_key: usize,
     /// Absolute lifetime when a request gives none, seconds.
     #[arg(long, env = "AGENTBOX_MAX_LIFETIME_SECS", default_value_t = 3600)]
     pub max_lifetime_secs: i64,
@@ -208,6 +216,7 @@ pub struct Settings {
     pub sandbox_subnets: ipnet::Ipv4Net,
     pub instance: Option<String>,
     pub pool_size: usize,
+    pub pool_snapshot: Option<String>,
     pub max_concurrent_starts: usize,
     pub limits: Limits,
     pub idle_timeout_secs: i64,
@@ -216,6 +225,7 @@ pub struct Settings {
     /// `None`: sandboxes are not hibernated when idle unless their request asks.
     pub idle_hibernate_secs: Option<i64>,
     pub max_snapshots_per_key: usize,
+    pub max_profiles_per_key: usize,
     pub max_lifetime_secs: i64,
     pub lifetime_cap_secs: i64,
     pub ready_timeout: Duration,
@@ -286,6 +296,7 @@ impl ServeArgs {
             sandbox_subnets,
             instance: self.instance.filter(|i| !i.is_empty()),
             pool_size: self.pool_size,
+            pool_snapshot: self.pool_snapshot.clone(),
             max_concurrent_starts: if self.max_concurrent_starts == 0 {
                 std::thread::available_parallelism()
                     .map_or(2, |n| n.get())
@@ -304,6 +315,7 @@ impl ServeArgs {
             idle_pause_secs: (self.idle_pause_secs > 0).then_some(self.idle_pause_secs),
             idle_hibernate_secs: (self.idle_hibernate_secs > 0).then_some(self.idle_hibernate_secs),
             max_snapshots_per_key: self.max_snapshots_per_key,
+            max_profiles_per_key: self.max_profiles_per_key,
             max_lifetime_secs: self.max_lifetime_secs,
             lifetime_cap_secs: self.lifetime_cap_secs,
             ready_timeout: Duration::from_secs(self.ready_timeout_secs.max(1)),

@@ -13,11 +13,13 @@
 mod console;
 mod credentials;
 mod homes;
+mod profiles;
 mod runs;
 
 pub use console::ConsoleSessionRecord;
 pub use credentials::CredentialRecord;
 pub use homes::{SnapshotRecord, SnapshotStatus};
+pub use profiles::{ProfileRecord, ProfileTake};
 pub use runs::{
     ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StatusChange,
 };
@@ -350,6 +352,16 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         9,
         "hibernate snapshots",
         include_str!("../migrations/0009_hibernate_snapshots.sql"),
+    ),
+    (
+        10,
+        "profiles",
+        include_str!("../migrations/0010_profiles.sql"),
+    ),
+    (
+        11,
+        "fork snapshots",
+        include_str!("../migrations/0011_fork_snapshots.sql"),
     ),
 ];
 

@@ -1,5 +1,6 @@
-//! Kept homes on disk: the archives of hibernated sandboxes (`<data>/homes/<sandbox id>.tar`)
-//! and of snapshots (`<data>/snapshots/<snapshot id>.tar`), as sandboxd's
+//! Kept homes on disk: the archives of hibernated sandboxes (`<data>/homes/<sandbox id>.tar`),
+//! of snapshots (`<data>/snapshots/<snapshot id>.tar`) and of browser profiles
+//! (`<data>/profiles/<profile id>.tar`, Chromium's profile folder alone), as sandboxd's
 //! `/v1/sandbox/home/archive` wrote them.
 //!
 //! **Invariant:** an archive is whole or absent. It is written to `<name>.tar.part` and renamed
@@ -36,6 +37,8 @@ pub enum Kind {
     Hibernated,
     /// A snapshot (named by the snapshot id).
     Snapshot,
+    /// A browser profile: Chromium's profile folder alone (named by the profile id).
+    Profile,
 }
 
 impl Kind {
@@ -43,6 +46,7 @@ impl Kind {
         match self {
             Self::Hibernated => "homes",
             Self::Snapshot => "snapshots",
+            Self::Profile => "profiles",
         }
     }
 }
@@ -139,7 +143,7 @@ impl HomeStore {
     /// Removes the `.part` files a crash left (at start, before anything writes one).
     pub fn collect_parts(&self) -> usize {
         let mut removed = 0;
-        for kind in [Kind::Hibernated, Kind::Snapshot] {
+        for kind in [Kind::Hibernated, Kind::Snapshot, Kind::Profile] {
             let Ok(entries) = std::fs::read_dir(self.root.join(kind.folder())) else {
                 continue;
             };
@@ -152,6 +156,62 @@ impl HomeStore {
             }
         }
         removed
+    }
+}
+
+impl HomeStore {
+    /// Writes the entries of the archive `from` that are `folder` (a relative path) or under
+    /// it, with the folders leading to it, as the archive `to`: a browser profile kept from a
+    /// hibernated sandbox's home. Entries are copied from one tar stream to the other, never
+    /// unpacked on this host. Returns the new archive's size.
+    pub async fn copy_folder(
+        &self,
+        from: (Kind, &str),
+        folder: &str,
+        to: (Kind, &str),
+    ) -> Result<u64, HomeStoreError> {
+        let source = self.path(from.0, from.1)?;
+        let part = self.create(to.0, to.1).await?;
+        let out = part
+            .file
+            .try_clone()
+            .await
+            .map_err(io("opening", &part.part))?
+            .into_std()
+            .await;
+        let folder = PathBuf::from(folder);
+        let reading = source.clone();
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut archive =
+                tar::Archive::new(std::io::BufReader::new(std::fs::File::open(&reading)?));
+            let mut builder = tar::Builder::new(std::io::BufWriter::new(out));
+            for entry in archive.entries()? {
+                let mut entry = entry?;
+                let path = entry.path()?.into_owned();
+                let leading = entry.header().entry_type() == tar::EntryType::Directory
+                    && folder.starts_with(&path);
+                if !leading && !path.starts_with(&folder) {
+                    continue;
+                }
+                let mut header = entry.header().clone();
+                match entry.link_name()? {
+                    Some(target) => {
+                        let target = target.into_owned();
+                        builder.append_link(&mut header, &path, target)?;
+                    }
+                    None => builder.append_data(&mut header, &path, &mut entry)?,
+                }
+            }
+            builder
+                .into_inner()?
+                .into_inner()
+                .map_err(|e| e.into_error())?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| io("copying from", &source)(std::io::Error::other(e)))?
+        .map_err(io("copying from", &source))?;
+        part.commit().await
     }
 }
 
@@ -252,6 +312,73 @@ mod tests {
         }
         store.remove(Kind::Snapshot, "snp-1").await.unwrap();
         store.remove(Kind::Snapshot, "snp-1").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_folder_is_copied_out_of_an_archive_with_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = HomeStore::new(dir.path());
+        let mut home = tar::Builder::new(Vec::new());
+        let mut add = |path: &str, data: Option<&[u8]>| {
+            let mut header = tar::Header::new_gnu();
+            match data {
+                Some(data) => {
+                    header.set_size(data.len() as u64);
+                    header.set_mode(0o600);
+                    home.append_data(&mut header, path, data).unwrap();
+                }
+                None => {
+                    header.set_entry_type(tar::EntryType::Directory);
+                    header.set_size(0);
+                    header.set_mode(0o700);
+                    home.append_data(&mut header, path, &[][..]).unwrap();
+                }
+            }
+        };
+        add(".config", None);
+        add(".config/chromium", None);
+        add(".config/chromium/Default", None);
+        add(".config/chromium/Default/Cookies", Some(b"login=alice"));
+        add(".config/other", None);
+        add(".config/other/x", Some(b"x"));
+        add("workspace", None);
+        add("workspace/notes.txt", Some(b"notes"));
+        let home = home.into_inner().unwrap();
+        let mut part = store.create(Kind::Hibernated, "sbx-1").await.unwrap();
+        part.file.write_all(&home).await.unwrap();
+        part.commit().await.unwrap();
+
+        let size = store
+            .copy_folder(
+                (Kind::Hibernated, "sbx-1"),
+                ".config/chromium",
+                (Kind::Profile, "prf-1"),
+            )
+            .await
+            .unwrap();
+        let copied = std::fs::read(store.path(Kind::Profile, "prf-1").unwrap()).unwrap();
+        assert_eq!(copied.len() as u64, size);
+        let mut archive = tar::Archive::new(copied.as_slice());
+        let mut names = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let name = entry.path().unwrap().display().to_string();
+            if name.ends_with("Cookies") {
+                let mut read = String::new();
+                std::io::Read::read_to_string(&mut entry, &mut read).unwrap();
+                assert_eq!(read, "login=alice");
+            }
+            names.push(name);
+        }
+        assert_eq!(
+            names,
+            [
+                ".config",
+                ".config/chromium",
+                ".config/chromium/Default",
+                ".config/chromium/Default/Cookies"
+            ]
+        );
     }
 
     #[tokio::test]

@@ -184,6 +184,7 @@ async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
         keyring,
         instance.clone(),
     );
+    sandboxes.use_pool_snapshot().await?;
     sandboxes.reconcile().await?;
     Ok(Started {
         store,

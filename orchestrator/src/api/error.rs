@@ -130,6 +130,7 @@ impl From<SandboxError> for ApiError {
             SandboxError::NotFound(_)
             | SandboxError::TokenNotFound { .. }
             | SandboxError::SnapshotNotFound(_)
+            | SandboxError::ProfileNotFound(_)
             | SandboxError::ShareLinkNotFound { .. } => ApiError::not_found(error.to_string()),
             SandboxError::Conflict(message) => {
                 ApiError::new(StatusCode::CONFLICT, "conflict", message)

@@ -23,6 +23,7 @@ pub mod extract;
 pub mod health;
 pub mod keys;
 pub mod openapi;
+pub mod profiles;
 pub mod proxy;
 pub mod relays;
 pub mod runs;
@@ -134,6 +135,7 @@ fn keyed_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(sandboxes::routes())
         .merge(snapshots::routes())
+        .merge(profiles::routes())
         .merge(runs::routes())
         .merge(shares::routes())
         .merge(credentials::routes())

@@ -94,6 +94,7 @@ pub async fn create(
         idle_pause_secs: request.idle_pause_secs,
         idle_hibernate_secs: request.idle_hibernate_secs,
         snapshot: request.snapshot,
+        profile: request.profile,
     };
     let (record, _) = state.sandboxes.create(&caller.key_id, spec).await?;
     Ok((StatusCode::CREATED, Json(to_wire(&state, &record))))

@@ -52,8 +52,14 @@ pub struct CreateSandboxRequest {
     pub idle_hibernate_secs: Option<i64>,
     /// Start from this snapshot (one of yours, `POST /v1/sandboxes/{id}/snapshots`): its home,
     /// files and browser profile (logins, cookies; the tabs it had open come back), its image
-    /// and resolution. Never from the warm pool.
+    /// and resolution. From the warm pool only when the server fills it from this snapshot
+    /// (`--pool-snapshot`).
     pub snapshot: Option<String>,
+    /// Use this browser profile (one of yours, by id or name: `POST /v1/profiles`): the
+    /// browser starts with its cookies, logins and local storage, and it is saved back when
+    /// the sandbox ends. One sandbox at a time per profile (409 naming the one that holds it).
+    /// Never from the warm pool.
+    pub profile: Option<String>,
 }
 
 /// Where to reach a sandbox through the orchestrator.
@@ -147,6 +153,36 @@ pub struct Snapshot {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotList {
     pub snapshots: Vec<Snapshot>,
+}
+
+/// `POST /v1/profiles`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProfileRequest {
+    /// 1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter or a digit; unique
+    /// among your profiles (and not starting with `prf-`).
+    pub name: String,
+}
+
+/// A browser profile: Chromium's profile folder (cookies, logins, local storage, history,
+/// settings), kept between sandboxes. Not in it: open tabs, caches, the rest of the home.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Profile {
+    pub id: String,
+    pub name: String,
+    /// The sandbox using it now (`null`: free).
+    pub in_use_by: Option<String>,
+    /// The size of its archive (0 until a sandbox saved it).
+    pub size_bytes: i64,
+    pub created_at: String,
+    /// When a sandbox that used it last saved it (`null`: never used).
+    pub saved_at: Option<String>,
+}
+
+/// `GET /v1/profiles`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProfileList {
+    pub profiles: Vec<Profile>,
 }
 
 /// `POST /v1/sandboxes/{id}/fork`.

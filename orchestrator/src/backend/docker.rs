@@ -40,7 +40,8 @@ use super::egress::{EgressPolicy, EgressRules};
 use super::networks::{LABEL_NETWORK, SandboxNetworks, SubnetPlan};
 use super::{
     Backend, BackendError, ContainerInfo, ContainerSpec, HOME_ARCHIVE_FOLDER, HOME_ARCHIVE_NAME,
-    KEY_FROM_STDIN, LABEL_INSTANCE, LABEL_MANAGED, LABEL_SANDBOX_ID, Started, is_not_found,
+    KEY_FROM_STDIN, LABEL_INSTANCE, LABEL_MANAGED, LABEL_SANDBOX_ID, PROFILE_ARCHIVE_NAME, Started,
+    is_not_found,
 };
 
 /// How many empty sandbox networks are kept made ahead of the starts that need them.
@@ -184,7 +185,12 @@ impl DockerBackend {
         let id = created.id;
         let result = async {
             if let Some(archive) = &spec.home_archive {
-                self.put_home_archive(&id, archive).await?;
+                self.put_home_archive(&id, archive, HOME_ARCHIVE_NAME)
+                    .await?;
+            }
+            if let Some(archive) = &spec.profile_archive {
+                self.put_home_archive(&id, archive, PROFILE_ARCHIVE_NAME)
+                    .await?;
             }
             self.hand_over_key(&id, &spec.api_key).await?;
             self.docker
@@ -230,15 +236,16 @@ impl DockerBackend {
         })
     }
 
-    /// Puts a kept home archive into the created container, where sandboxd finds it at start
-    /// (`HOME_ARCHIVE_FOLDER`). It lands in the container's own layer, as one file, and goes
-    /// with the container.
+    /// Puts a kept archive (a home's or a browser profile's) into the created container as
+    /// `name`, where sandboxd finds it at start (`HOME_ARCHIVE_FOLDER`). It lands in the
+    /// container's own layer, as one file, and goes with the container.
     async fn put_home_archive(
         &self,
         id: &str,
         archive: &std::path::Path,
+        name: &str,
     ) -> Result<(), BackendError> {
-        let stream = crate::homes::wrapped_in_tar(archive, HOME_ARCHIVE_NAME)
+        let stream = crate::homes::wrapped_in_tar(archive, name)
             .await
             .map_err(|e| BackendError::Failed {
                 step: "reading the home archive",

@@ -50,12 +50,18 @@ pub struct ContainerSpec {
     /// sandboxd unpacks into the home before any program runs: a hibernated sandbox's, or a
     /// snapshot's.
     pub home_archive: Option<std::path::PathBuf>,
+    /// A browser profile's archive (`crate::homes`, Chromium's profile folder alone) put into
+    /// the container before it starts, which sandboxd puts in place of the home's profile.
+    pub profile_archive: Option<std::path::PathBuf>,
 }
 
 /// Where a container finds its home archive at start (`SANDBOXD_HOME_ARCHIVE`'s default): the
 /// folder is root's in the image, the archive is put there before start.
 pub const HOME_ARCHIVE_FOLDER: &str = "/var/lib/agentbox/restore";
 pub const HOME_ARCHIVE_NAME: &str = "home.tar";
+/// Where in that folder a container finds its browser profile's archive
+/// (`SANDBOXD_PROFILE_ARCHIVE`'s default).
+pub const PROFILE_ARCHIVE_NAME: &str = "profile.tar";
 
 /// A container that was created and started.
 #[derive(Debug, Clone)]

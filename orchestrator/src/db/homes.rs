@@ -38,10 +38,12 @@ pub struct SnapshotRecord {
     /// The orchestrator instance whose data directory holds its archive.
     pub instance: Option<String>,
     pub created_at: i64,
+    /// Taken by a fork for its own use, deleted once the forks are made.
+    pub transient: bool,
 }
 
 const SNAPSHOT_COLUMNS: &str = "id, owner_key_id, parent_sandbox_id, image, resolution, status, size_bytes, instance, \
-     created_at";
+     created_at, transient";
 
 fn snapshot_from_row(row: &AnyRow) -> Result<SnapshotRecord> {
     let status: String = get(row, "status")?;
@@ -64,6 +66,7 @@ fn snapshot_from_row(row: &AnyRow) -> Result<SnapshotRecord> {
         size_bytes: get(row, "size_bytes")?,
         instance: get(row, "instance")?,
         created_at: get(row, "created_at")?,
+        transient: get::<i64>(row, "transient")? != 0,
     })
 }
 
@@ -165,7 +168,8 @@ impl Store {
 
     pub async fn insert_snapshot(&self, s: &SnapshotRecord) -> Result<()> {
         let sql = format!(
-            "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+             $10)"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&s.id)
@@ -177,6 +181,7 @@ impl Store {
             .bind(s.size_bytes)
             .bind(&s.instance)
             .bind(s.created_at)
+            .bind(i64::from(s.transient))
             .execute(&self.writer)
             .await
             .map_err(query_error("insert snapshot"))?;

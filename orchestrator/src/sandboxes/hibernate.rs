@@ -367,7 +367,11 @@ impl Sandboxes {
         record: &SandboxRecord,
         archive: std::path::PathBuf,
     ) -> Result<(String, String), SandboxError> {
-        let spec = self.container_spec(record, Some(archive))?;
+        let restore = super::Restore {
+            home: Some(archive),
+            profile: None,
+        };
+        let spec = self.container_spec(record, restore)?;
         let started = self.backend.start(&spec).await?;
         if let Err(error) = self
             .store

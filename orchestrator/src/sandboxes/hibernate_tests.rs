@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::db::SnapshotRecord;
 use crate::homes::Kind;
 use crate::testing::harness::OWNER;
 use crate::testing::{Harness, Step};
@@ -160,7 +161,7 @@ async fn auto_resume_and_runs_wake_a_hibernated_sandbox_and_the_reaper_hibernate
 }
 
 #[tokio::test]
-async fn a_crash_during_a_hibernation_a_wake_or_a_snapshot_leaves_nothing_half_made() {
+async fn a_crash_during_a_hibernation_a_wake_a_snapshot_or_a_fork_leaves_nothing_half_made() {
     let mut h = Harness::new().await;
     let a = create_with_home(&h, CreateSpec::default(), b"home a").await;
     let b = create_with_home(&h, CreateSpec::default(), b"home b").await;
@@ -211,6 +212,20 @@ async fn a_crash_during_a_hibernation_a_wake_or_a_snapshot_leaves_nothing_half_m
     std::fs::write(h.dir.path().join("snapshots/snp-stray.tar"), "x").unwrap();
     drop((archive, start, snap));
 
+    // A fork the process died in: its own snapshot whole, its forks still being created. And a
+    // snapshot a client kept, which stays.
+    let kept = h.sandboxes.take_snapshot(&d.id, OWNER).await.unwrap();
+    let forks_own = SnapshotRecord {
+        id: "snp-forkown".into(),
+        transient: true,
+        ..kept.clone()
+    };
+    h.store.insert_snapshot(&forks_own).await.unwrap();
+    std::fs::write(h.dir.path().join("snapshots/snp-forkown.tar"), "home d").unwrap();
+    let mut fork = h.record("sbx-halffork", None);
+    fork.status = SandboxStatus::Creating;
+    h.store.insert_sandbox(&fork).await.unwrap();
+
     h.restart();
     h.sandboxes.reconcile().await.unwrap();
     assert_eq!(
@@ -231,11 +246,24 @@ async fn a_crash_during_a_hibernation_a_wake_or_a_snapshot_leaves_nothing_half_m
         h.platform.container_of(&c.id).is_none(),
         "the half-woken container went"
     );
-    assert!(
-        h.store.snapshots(None).await.unwrap().is_empty(),
-        "the half-taken snapshot went"
+    let snapshots: Vec<String> = h
+        .store
+        .snapshots(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(
+        snapshots,
+        [kept.id.as_str()],
+        "the half-taken snapshot and the interrupted fork's went"
     );
-    assert!(h.sandboxes.homes.ids(Kind::Snapshot).is_empty());
+    assert_eq!(h.sandboxes.homes.ids(Kind::Snapshot), [kept.id.as_str()]);
+    assert!(
+        h.row("sbx-halffork").await.is_none(),
+        "the half-made fork went"
+    );
     h.assert_nothing_leaks().await;
 
     // What was kept still wakes.
@@ -330,5 +358,77 @@ async fn snapshots_are_owned_counted_and_start_forks_each_with_their_own_key() {
         .await
         .unwrap();
     assert_eq!(h.sandboxes.homes.ids(Kind::Snapshot).len(), 1);
+    h.assert_nothing_leaks().await;
+}
+
+#[tokio::test]
+async fn the_warm_pool_fills_from_a_snapshot_and_serves_only_the_creates_that_name_it() {
+    let mut h = Harness::new().await;
+    let parent = create_with_home(&h, CreateSpec::default(), b"prepared").await;
+    let snapshot = h.sandboxes.take_snapshot(&parent.id, OWNER).await.unwrap();
+    h.sandboxes.delete(&parent.id, Some(OWNER)).await.unwrap();
+
+    // A pool of a snapshot that is not there, or being taken, is refused at start.
+    h.restart_with_flags(&["--pool-snapshot", "snp-nosuch"]);
+    let refused = h.sandboxes.use_pool_snapshot().await.unwrap_err();
+    assert!(refused.to_string().contains("--pool-snapshot"), "{refused}");
+
+    h.restart_with_flags(&["--pool-snapshot", &snapshot.id]);
+    h.sandboxes.use_pool_snapshot().await.unwrap();
+    h.sandboxes.reconcile().await.unwrap();
+    let members = h.fill_pool(2).await;
+    for member in &members {
+        assert_eq!(
+            h.platform.container_of(&member.id).unwrap().home,
+            b"prepared"
+        );
+    }
+    let from_snapshot = CreateSpec {
+        snapshot: Some(snapshot.id.clone()),
+        ..CreateSpec::default()
+    };
+    let (claimed, source) = h
+        .sandboxes
+        .create(OWNER, from_snapshot.clone())
+        .await
+        .unwrap();
+    assert_eq!(source, Source::Pool);
+    assert!(members.iter().any(|m| m.id == claimed.id));
+    assert_eq!(
+        h.platform.container_of(&claimed.id).unwrap().home,
+        b"prepared"
+    );
+    // A create without the snapshot starts cold; another key cannot name it at all.
+    let (plain, source) = h
+        .sandboxes
+        .create(OWNER, CreateSpec::default())
+        .await
+        .unwrap();
+    assert_eq!(source, Source::Cold);
+    assert!(h.platform.container_of(&plain.id).unwrap().home.is_empty());
+    assert!(matches!(
+        h.sandboxes.create("key-other", from_snapshot).await,
+        Err(SandboxError::Invalid(_))
+    ));
+    assert!(
+        conflict(h.sandboxes.delete_snapshot(&snapshot.id, Some(OWNER)).await)
+            .contains("--pool-snapshot")
+    );
+    h.assert_nothing_leaks().await;
+
+    // Restarted with the bare image's pool, the snapshot's member is not adopted.
+    h.restart_with_flags(&[]);
+    h.sandboxes.use_pool_snapshot().await.unwrap();
+    h.sandboxes.reconcile().await.unwrap();
+    assert!(h.sandboxes.pool.ready_ids().is_empty());
+    assert_eq!(
+        h.platform.containers().len(),
+        2,
+        "the two claimed sandboxes"
+    );
+    h.sandboxes
+        .delete_snapshot(&snapshot.id, Some(OWNER))
+        .await
+        .unwrap();
     h.assert_nothing_leaks().await;
 }

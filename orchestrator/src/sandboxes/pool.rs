@@ -6,6 +6,11 @@
 //! owner, metadata and timeouts; the refill task then starts a replacement at once. Members
 //! get heartbeats like every sandbox; one found dead is dropped from the queue, one degraded
 //! stays queued (claims skip it) until it recovers.
+//!
+//! With `--pool-snapshot`, members start from that snapshot instead of the bare image (its
+//! image, resolution and home), carry its id in their metadata, and serve only creates that
+//! name it (by the key that owns it: a create names only its own snapshots). A member of
+//! another source (the flag changed across a restart) is never adopted.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -19,9 +24,22 @@ use super::{SandboxError, Sandboxes};
 use crate::db::{SandboxRecord, SandboxStatus};
 use crate::secret::new_id;
 
-/// Ready members of one image, and how many are being made.
+/// The metadata key naming the snapshot a pool member started from.
+pub const POOL_SNAPSHOT_LABEL: &str = "agentbox.pool_snapshot";
+
+/// The snapshot the pool's members start from (`--pool-snapshot`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    pub id: String,
+    pub image: String,
+    pub resolution: Option<String>,
+}
+
+/// Ready members of one image (or one snapshot), and how many are being made.
 pub struct Pool {
     image: String,
+    /// Set once at start when the members start from a snapshot.
+    snapshot: std::sync::OnceLock<PoolSnapshot>,
     target: usize,
     ready: Mutex<VecDeque<SandboxRecord>>,
     filling: AtomicUsize,
@@ -34,6 +52,7 @@ impl Pool {
     pub fn new(image: String, target: usize) -> Self {
         Self {
             image,
+            snapshot: std::sync::OnceLock::new(),
             target,
             ready: Mutex::new(VecDeque::new()),
             filling: AtomicUsize::new(0),
@@ -42,8 +61,27 @@ impl Pool {
         }
     }
 
+    /// The image of the members: the snapshot's, when they start from one.
     pub fn image(&self) -> &str {
-        &self.image
+        self.snapshot.get().map_or(&self.image, |s| &s.image)
+    }
+
+    /// The snapshot the members start from, if any.
+    pub fn snapshot(&self) -> Option<&PoolSnapshot> {
+        self.snapshot.get()
+    }
+
+    /// The members' screen size (`None`: the default).
+    pub fn resolution(&self) -> Option<&str> {
+        self.snapshot.get().and_then(|s| s.resolution.as_deref())
+    }
+
+    /// Whether a pool member's row is of this pool's making (image and source), so it may be
+    /// adopted at start.
+    pub fn made(&self, member: &SandboxRecord) -> bool {
+        member.image == self.image()
+            && member.metadata.get(POOL_SNAPSHOT_LABEL).map(String::as_str)
+                == self.snapshot().map(|s| s.id.as_str())
     }
 
     pub fn target(&self) -> usize {
@@ -203,23 +241,66 @@ impl Pool {
 }
 
 impl Sandboxes {
+    /// Makes the pool's members start from `--pool-snapshot`, when it is given: a whole
+    /// snapshot kept by this instance (an error naming the flag otherwise). Called once at
+    /// start, before reconcile adopts members.
+    pub async fn use_pool_snapshot(&self) -> Result<(), SandboxError> {
+        use crate::db::SnapshotStatus;
+        let Some(id) = self.settings.pool_snapshot.as_deref() else {
+            return Ok(());
+        };
+        let refuse =
+            |why: String| SandboxError::Invalid(crate::validate::invalid("--pool-snapshot", why));
+        let snapshot = self
+            .store
+            .snapshot(id)
+            .await?
+            .ok_or_else(|| refuse(format!("no snapshot {id}")))?;
+        if snapshot.status != SnapshotStatus::Ready || snapshot.transient {
+            return Err(refuse(format!(
+                "snapshot {id} is not a whole, kept snapshot"
+            )));
+        }
+        if snapshot.instance.as_deref() != Some(self.instance.as_str()) {
+            return Err(refuse(format!(
+                "snapshot {id} is kept by another orchestrator instance"
+            )));
+        }
+        let _ = self.pool.snapshot.set(PoolSnapshot {
+            id: snapshot.id,
+            image: snapshot.image,
+            resolution: snapshot.resolution,
+        });
+        Ok(())
+    }
+
     /// Creates one ready, unowned pool member.
     pub(crate) async fn create_pool_member(&self) -> Result<SandboxRecord, SandboxError> {
+        let mut restore = super::Restore::default();
+        let mut metadata = std::collections::BTreeMap::new();
+        if let Some(snapshot) = self.pool.snapshot() {
+            restore.home = Some(
+                self.homes
+                    .path(crate::homes::Kind::Snapshot, &snapshot.id)
+                    .map_err(|e| SandboxError::Task(e.to_string()))?,
+            );
+            metadata.insert(POOL_SNAPSHOT_LABEL.to_string(), snapshot.id.clone());
+        }
         let now = self.clock.now_ms();
         let far = now + self.settings.lifetime_cap_secs * 1000;
         let record = SandboxRecord {
             id: new_id("sbx-"),
             owner_key_id: None,
-            image: self.pool.image.clone(),
+            image: self.pool.image().to_string(),
             status: SandboxStatus::Creating,
             pooled: true,
             container_id: None,
             address: None,
             instance: Some(self.instance.clone()),
             legacy_key: None,
-            resolution: None,
+            resolution: self.pool.resolution().map(str::to_string),
             env: Default::default(),
-            metadata: Default::default(),
+            metadata,
             idle_timeout_secs: self.settings.idle_timeout_secs,
             max_lifetime_secs: self.settings.lifetime_cap_secs,
             created_at: now,
@@ -234,7 +315,7 @@ impl Sandboxes {
             hibernated_at: None,
             idle_hibernate_secs: self.settings.idle_hibernate_secs,
         };
-        self.start(record).await
+        self.start(record, restore).await
     }
 }
 

@@ -92,7 +92,13 @@ impl Sandboxes {
                 (SandboxStatus::Ready | SandboxStatus::Degraded, Some(container))
                     if container.running
                         && !container.paused
-                        && (record.pooled || record.expires_at > now) =>
+                        && if record.pooled {
+                            // Of this pool's making (not of an image or snapshot it no
+                            // longer uses).
+                            self.pool.made(&record)
+                        } else {
+                            record.expires_at > now
+                        } =>
                 {
                     if let Some(address) = &container.address
                         && record.address.as_ref() != Some(address)
@@ -173,7 +179,8 @@ impl Sandboxes {
 
 impl Sandboxes {
     /// Removes what a crash left of kept archives: half-written ones, snapshots that were being
-    /// taken, and whole ones no sandbox or snapshot refers to.
+    /// taken, and whole ones no sandbox, snapshot or profile refers to; frees the profiles of
+    /// sandboxes that are gone.
     async fn reconcile_kept_homes(&self) -> Result<(), SandboxError> {
         use crate::db::SnapshotStatus;
         use crate::homes::Kind;
@@ -184,8 +191,8 @@ impl Sandboxes {
                 snapshots.insert(snapshot.id);
                 continue;
             }
-            if snapshot.status == SnapshotStatus::Taking {
-                tracing::info!(snapshot_id = %snapshot.id, "removing a snapshot a crash left half taken");
+            if snapshot.status == SnapshotStatus::Taking || snapshot.transient {
+                tracing::info!(snapshot_id = %snapshot.id, transient = snapshot.transient, "removing a snapshot a crash left half taken, or a fork's a crash interrupted");
                 self.store.delete_snapshot(&snapshot.id).await?;
                 let _ = self.homes.remove(Kind::Snapshot, &snapshot.id).await;
             } else {
@@ -198,6 +205,26 @@ impl Sandboxes {
                 let _ = self.homes.remove(Kind::Snapshot, &id).await;
                 stray += 1;
             }
+        }
+        let profiles: std::collections::HashSet<String> = self
+            .store
+            .profiles(None)
+            .await?
+            .into_iter()
+            .map(|p| p.id)
+            .collect();
+        for id in self.homes.ids(Kind::Profile) {
+            if !profiles.contains(&id) {
+                let _ = self.homes.remove(Kind::Profile, &id).await;
+                stray += 1;
+            }
+        }
+        let freed = self.store.release_orphaned_profiles().await?;
+        if freed > 0 {
+            tracing::info!(
+                freed,
+                "freed browser profiles held by sandboxes that are gone"
+            );
         }
         for id in self.homes.ids(Kind::Hibernated) {
             let kept = matches!(

@@ -12,7 +12,8 @@
 //!
 //! **Invariants:** a snapshot belongs to the key that took it (another key gets 404); a
 //! snapshot row is `taking` until its archive is whole, and a crash's half-taken snapshot is
-//! removed at start (`reconcile`); a key holds at most `--max-snapshots-per-key`.
+//! removed at start (`reconcile`), as is a fork's own (`transient`) snapshot whose fork a crash
+//! interrupted; a key holds at most `--max-snapshots-per-key`.
 
 use std::sync::Arc;
 
@@ -32,6 +33,17 @@ impl Sandboxes {
         &self,
         sandbox_id: &str,
         owner: &str,
+    ) -> Result<SnapshotRecord, SandboxError> {
+        self.take_snapshot_for(sandbox_id, owner, false).await
+    }
+
+    /// [`take_snapshot`](Self::take_snapshot); a `transient` one is a fork's own, removed at
+    /// start if a crash left it.
+    async fn take_snapshot_for(
+        &self,
+        sandbox_id: &str,
+        owner: &str,
+        transient: bool,
     ) -> Result<SnapshotRecord, SandboxError> {
         let record = self.get(sandbox_id, Some(owner)).await?;
         if !record.status.is_live() {
@@ -70,6 +82,7 @@ impl Sandboxes {
                 size_bytes: 0,
                 instance: Some(self.instance.clone()),
                 created_at: self.clock.now_ms(),
+                transient,
             };
             self.store.insert_snapshot(&snapshot).await?;
             snapshot
@@ -189,6 +202,11 @@ impl Sandboxes {
                 "snapshot {id} is kept by another orchestrator instance; delete it there"
             )));
         }
+        if self.pool.snapshot().is_some_and(|s| s.id == id) {
+            return Err(SandboxError::Conflict(format!(
+                "snapshot {id} fills the warm pool (--pool-snapshot); restart without it first"
+            )));
+        }
         self.store.delete_snapshot(id).await?;
         self.homes
             .remove(Kind::Snapshot, id)
@@ -253,7 +271,9 @@ impl Sandboxes {
             .into());
         }
         self.validate(&spec)?;
-        let snapshot = self.take_snapshot(sandbox_id, owner).await?;
+        let snapshot = self
+            .take_snapshot_for(sandbox_id, owner, !keep_snapshot)
+            .await?;
         let creates = (0..count).map(|_| {
             let spec = CreateSpec {
                 snapshot: Some(snapshot.id.clone()),

@@ -81,6 +81,12 @@ impl Harness {
         );
     }
 
+    /// [`restart`](Self::restart) with other `serve` flags.
+    pub(crate) fn restart_with_flags(&mut self, flags: &[&str]) {
+        self.args = flags.iter().map(|f| f.to_string()).collect();
+        self.restart();
+    }
+
     /// The database's URL (for a test that reaches into SQLite itself).
     pub(crate) fn database_url(&self) -> String {
         sqlite_url(self.dir.path())
@@ -294,6 +300,17 @@ impl Harness {
                 .any(|r| r.id == id && r.status == SandboxStatus::Hibernated)
             {
                 leaks.push(format!("a kept home outlives sandbox {id}'s hibernation"));
+            }
+        }
+        let profiles = self
+            .sandboxes
+            .store
+            .profiles(None)
+            .await
+            .unwrap_or_default();
+        for id in self.sandboxes.homes.ids(crate::homes::Kind::Profile) {
+            if !profiles.iter().any(|p| p.id == id) {
+                leaks.push(format!("a profile's archive outlives profile {id}"));
             }
         }
         let live: BTreeSet<&str> = rows

@@ -59,6 +59,9 @@ pub(crate) struct FakeContainer {
     /// Its home, as the bytes its archive route answers (set from the home archive it was
     /// started with).
     pub(crate) home: Vec<u8>,
+    /// Its browser profile, as the bytes its archive route answers for a folder (set from the
+    /// profile archive it was started with).
+    pub(crate) profile: Vec<u8>,
     /// Held after an archive with `keep_held` (not released yet).
     pub(crate) held: bool,
 }
@@ -244,6 +247,7 @@ impl FakePlatform {
             not_ready: state.boot_not_ready.clone(),
             in_flight: 0,
             home: Vec::new(),
+            profile: Vec::new(),
             held: false,
         }
     }
@@ -251,6 +255,12 @@ impl FakePlatform {
     /// What a sandbox's home holds (the bytes its archive route answers).
     pub(crate) fn set_home(&self, sandbox_id: &str, home: &[u8]) {
         self.update(sandbox_id, |c| c.home = home.to_vec());
+    }
+
+    /// What a sandbox's browser profile holds (the bytes its archive route answers for a
+    /// folder).
+    pub(crate) fn set_profile(&self, sandbox_id: &str, profile: &[u8]) {
+        self.update(sandbox_id, |c| c.profile = profile.to_vec());
     }
 
     /// Marks the container at `address` held or released; whether it was held.
@@ -399,6 +409,11 @@ impl Backend for FakePlatform {
                 .map_err(|e| failed("reading the home archive", e.to_string()))?,
             None => Vec::new(),
         };
+        let profile = match &spec.profile_archive {
+            Some(path) => std::fs::read(path)
+                .map_err(|e| failed("reading the profile archive", e.to_string()))?,
+            None => Vec::new(),
+        };
         let container = {
             let mut state = self.state();
             let mut container = Self::new_container(
@@ -408,6 +423,7 @@ impl Backend for FakePlatform {
                 &spec.api_key,
             );
             container.home = home;
+            container.profile = profile;
             state
                 .containers
                 .insert(container.container_id.clone(), container.clone());
@@ -559,7 +575,11 @@ impl SandboxProbe for FakePlatform {
                     loc: None,
                 });
             };
-            container.home.clone()
+            // A folder alone is the browser profile (the only one the orchestrator asks for).
+            match request.path {
+                Some(_) => container.profile.clone(),
+                None => container.home.clone(),
+            }
         };
         if home.len() as u64 > limit {
             return Err(ClientError::TooLarge {

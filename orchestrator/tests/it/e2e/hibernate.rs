@@ -7,80 +7,12 @@
 use std::time::Duration;
 
 use agentbox_tests::docker;
-use anyhow::{Context, ensure};
+use anyhow::Context;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::sandbox_calls::{eval, open_in_active_tab, post, post_as, shell, tab_urls};
 use crate::common::{ADMIN_KEY, Options, Orchestrator, container_exists, container_name};
-
-async fn post(
-    orchestrator: &Orchestrator,
-    key: &str,
-    path: &str,
-    body: Value,
-) -> anyhow::Result<(u16, Value)> {
-    orchestrator
-        .call(Method::POST, path, Some(key), Some(body))
-        .await
-}
-
-/// Runs `command` in the sandbox through the orchestrator's API proxy; its output.
-async fn shell(orchestrator: &Orchestrator, id: &str, command: &str) -> anyhow::Result<String> {
-    let (status, answer) = post(
-        orchestrator,
-        ADMIN_KEY,
-        &format!("/v1/sandboxes/{id}/api/v1/shell/exec"),
-        json!({ "command": command }),
-    )
-    .await?;
-    ensure!(status == 200, "{command:?}: {status} {answer}");
-    Ok(answer["data"]["output"]
-        .as_str()
-        .unwrap_or_default()
-        .trim()
-        .to_string())
-}
-
-async fn eval(orchestrator: &Orchestrator, id: &str, expression: &str) -> anyhow::Result<Value> {
-    let (_, answer) = post(
-        orchestrator,
-        ADMIN_KEY,
-        &format!("/v1/sandboxes/{id}/api/v1/browser/page/evaluate"),
-        json!({ "expression": expression }),
-    )
-    .await?;
-    Ok(answer["data"].clone())
-}
-
-/// Navigates the active tab by script (the browser API's URL policy keeps its own navigation
-/// off loopback; a page's own navigation is not checked) and waits until it is there.
-async fn open_in_active_tab(
-    orchestrator: &Orchestrator,
-    id: &str,
-    url: &str,
-) -> anyhow::Result<()> {
-    let _ = eval(orchestrator, id, &format!("location.href = '{url}'; 1")).await;
-    orchestrator
-        .wait_for(
-            &format!("the tab at {url}"),
-            Duration::from_secs(20),
-            async || eval(orchestrator, id, "location.href").await.ok() == Some(json!(url)),
-        )
-        .await
-}
-
-fn tab_urls(tabs: &Value) -> Vec<String> {
-    let mut urls: Vec<String> = tabs["data"]
-        .as_array()
-        .map(|tabs| {
-            tabs.iter()
-                .filter_map(|t| t["url"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    urls.sort();
-    urls
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_secrets()
@@ -113,7 +45,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     );
     let (status, _) = post(
         &orchestrator,
-        ADMIN_KEY,
         &format!("/v1/sandboxes/{id}/api/v1/browser/tabs"),
         json!({}),
     )
@@ -135,7 +66,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     // Hibernate: no container, the proxies name the state, the other verbs refuse.
     let (status, hibernated) = post(
         &orchestrator,
-        ADMIN_KEY,
         &format!("/v1/sandboxes/{id}/hibernate"),
         json!({}),
     )
@@ -161,7 +91,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     ] {
         let (status, answer) = post(
             &orchestrator,
-            ADMIN_KEY,
             &format!("/v1/sandboxes/{id}/{verb}"),
             json!({}),
         )
@@ -171,7 +100,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     }
     let (status, snapshot_refused) = post(
         &orchestrator,
-        ADMIN_KEY,
         &format!("/v1/sandboxes/{id}/snapshots"),
         json!({}),
     )
@@ -181,7 +109,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     // Wake: the same id and URLs, its file, its cookie and its tabs.
     let (status, woken) = post(
         &orchestrator,
-        ADMIN_KEY,
         &format!("/v1/sandboxes/{id}/wake"),
         json!({}),
     )
@@ -210,7 +137,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
         .await?;
     let (status, again) = post(
         &orchestrator,
-        ADMIN_KEY,
         &format!("/v1/sandboxes/{id}/wake"),
         json!({}),
     )
@@ -238,7 +164,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     ])?;
     let (status, snapshot) = post(
         &orchestrator,
-        ADMIN_KEY,
         &format!("/v1/sandboxes/{id}/snapshots"),
         json!({}),
     )
@@ -305,7 +230,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     // Five forks: each has the files and its own key.
     let (status, forked) = post(
         &orchestrator,
-        ADMIN_KEY,
         &format!("/v1/sandboxes/{id}/fork"),
         json!({"count": 5, "metadata": {"fork": "yes"}}),
     )
@@ -368,7 +292,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     ] {
         let (status, answer) = post(
             &orchestrator,
-            ADMIN_KEY,
             &format!("/v1/sandboxes/{id}/fork"),
             body.clone(),
         )
@@ -378,7 +301,6 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     }
     let (status, answer) = post(
         &orchestrator,
-        ADMIN_KEY,
         "/v1/sandboxes",
         json!({"snapshot": "snp-nosuchsnapshot"}),
     )
@@ -390,7 +312,7 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
         "/v1/sandboxes/sbx-nosuchsandbox/wake",
         "/v1/sandboxes/sbx-nosuchsandbox/snapshots",
     ] {
-        let (status, answer) = post(&orchestrator, ADMIN_KEY, path, json!({})).await?;
+        let (status, answer) = post(&orchestrator, path, json!({})).await?;
         assert_eq!(status, 404, "{path}: {answer}");
     }
     let (status, _) = orchestrator.get("/v1/snapshots/snp-nosuchsnapshot").await?;
@@ -398,13 +320,7 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
     assert_eq!(orchestrator.containers().len(), 6, "nothing new was made");
 
     // Another key sees none of it.
-    let (status, other) = post(
-        &orchestrator,
-        ADMIN_KEY,
-        "/v1/keys",
-        json!({"name": "someone-else"}),
-    )
-    .await?;
+    let (status, other) = post(&orchestrator, "/v1/keys", json!({"name": "someone-else"})).await?;
     assert_eq!(status, 201, "{other}");
     let other_key = other["key"].as_str().context("key")?.to_string();
     let (_, theirs) = orchestrator
@@ -421,7 +337,7 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
         .await?;
     assert_eq!(status, 404);
     for verb in ["hibernate", "snapshots", "fork"] {
-        let (status, answer) = post(
+        let (status, answer) = post_as(
             &orchestrator,
             &other_key,
             &format!("/v1/sandboxes/{id}/{verb}"),
@@ -430,7 +346,7 @@ async fn hibernation_keeps_files_cookies_and_tabs_and_snapshots_fork_without_sec
         .await?;
         assert!(status == 404 || status == 422, "{verb}: {status} {answer}");
     }
-    let (status, answer) = post(
+    let (status, answer) = post_as(
         &orchestrator,
         &other_key,
         "/v1/sandboxes",

@@ -1,11 +1,14 @@
 //! End-to-end tests of the orchestrator with the real Docker Engine and the real sandbox image
 //! (`AGENTBOX_SANDBOX_IMAGE`, default `agentbox/sandbox:latest`): lifecycle, proxies, auth,
 //! tokens (`auth`), the VNC view-only filter, CDP, the reaper, the pool, crash recovery,
-//! concurrency, pause and resume (`pause`), hibernation, snapshots and forks (`hibernate`).
+//! concurrency, pause and resume (`pause`), hibernation, snapshots and forks (`hibernate`),
+//! browser profiles (`profiles`); the calls they make on a sandbox are in `sandbox_calls`.
 
 mod auth;
 mod hibernate;
 mod pause;
+mod profiles;
+mod sandbox_calls;
 
 use crate::common;
 

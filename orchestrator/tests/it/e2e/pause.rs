@@ -6,36 +6,12 @@
 use std::time::{Duration, Instant};
 
 use agentbox_tests::docker;
-use anyhow::{Context, ensure};
+use anyhow::Context;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::common::{ADMIN_KEY, Options, Orchestrator, container_name};
-
-async fn post(
-    orchestrator: &Orchestrator,
-    path: &str,
-    body: Value,
-) -> anyhow::Result<(u16, Value)> {
-    orchestrator
-        .call(Method::POST, path, Some(ADMIN_KEY), Some(body))
-        .await
-}
-
-/// Evaluates `expression` in the sandbox's page through the orchestrator's API proxy.
-async fn eval(orchestrator: &Orchestrator, id: &str, expression: &str) -> anyhow::Result<Value> {
-    let (status, answer) = post(
-        orchestrator,
-        &format!("/v1/sandboxes/{id}/api/v1/browser/page/evaluate"),
-        json!({ "expression": expression }),
-    )
-    .await?;
-    ensure!(
-        status == 200 && answer["success"] == true,
-        "evaluate {expression:?}: {status} {answer}"
-    );
-    Ok(answer["data"].clone())
-}
+use super::sandbox_calls::{eval, post};
+use crate::common::{Options, Orchestrator, container_name};
 
 fn docker_state(id: &str) -> anyhow::Result<Value> {
     let inspected: Value = serde_json::from_str(&docker(&["inspect", &container_name(id)])?)?;
