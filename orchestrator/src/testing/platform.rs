@@ -382,6 +382,16 @@ impl FakePlatform {
     }
 }
 
+/// What a call with a key the sandboxd there does not accept gets.
+fn wrong_key(operation: &'static str) -> ClientError {
+    ClientError::Status {
+        operation,
+        status: StatusCode::UNAUTHORIZED,
+        message: "wrong key".into(),
+        loc: None,
+    }
+}
+
 /// What a call to an address where nothing answers gets. (A refused connection cannot be made
 /// without a socket; a proxy's 502 is the nearest error, and the lifecycle treats both alike.)
 fn no_answer(operation: &'static str, address: &str) -> ClientError {
@@ -538,14 +548,9 @@ impl SandboxProbe for FakePlatform {
         self.step(Step::Activity)
             .await
             .map_err(|_| no_answer("activity", address))?;
-        let container =
-            self.sandboxd_at("activity", address, key)?
-                .ok_or_else(|| ClientError::Status {
-                    operation: "activity",
-                    status: StatusCode::UNAUTHORIZED,
-                    message: "wrong key".into(),
-                    loc: None,
-                })?;
+        let container = self
+            .sandboxd_at("activity", address, key)?
+            .ok_or_else(|| wrong_key("activity"))?;
         Ok(ActivityReport {
             in_flight: container.in_flight,
             idle_secs: 0.0,
@@ -568,12 +573,7 @@ impl SandboxProbe for FakePlatform {
             .map_err(|_| no_answer("home archive", address))?;
         let home = {
             let Some(container) = self.sandboxd_at("home archive", address, key)? else {
-                return Err(ClientError::Status {
-                    operation: "home archive",
-                    status: StatusCode::UNAUTHORIZED,
-                    message: "wrong key".into(),
-                    loc: None,
-                });
+                return Err(wrong_key("home archive"));
             };
             // A folder alone is the browser profile (the only one the orchestrator asks for).
             match request.path {
