@@ -11,15 +11,22 @@
 use std::io;
 use std::path::Path;
 
+/// The archive at `path`, `None` when there is none.
+fn open_if_there(path: &Path) -> io::Result<Option<std::fs::File>> {
+    match std::fs::File::open(path) {
+        Ok(file) => Ok(Some(file)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
 /// Unpacks the archive at `archive`, when there is one, into `home`. `Ok(None)`: no archive.
 pub fn restore_saved(
     archive: &Path,
     home: &Path,
 ) -> io::Result<Option<crate::home_archive::Restored>> {
-    let file = match std::fs::File::open(archive) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error),
+    let Some(file) = open_if_there(archive)? else {
+        return Ok(None);
     };
     std::fs::create_dir_all(home)?;
     crate::home_archive::restore(io::BufReader::with_capacity(1 << 20, file), home).map(Some)
@@ -34,10 +41,8 @@ pub fn restore_profile(
     archive: &Path,
     home: &Path,
 ) -> io::Result<Option<crate::home_archive::Restored>> {
-    let file = match std::fs::File::open(archive) {
-        Ok(file) => file,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(error),
+    let Some(file) = open_if_there(archive)? else {
+        return Ok(None);
     };
     let folder = home.join(BROWSER_PROFILE);
     let empty = || match std::fs::remove_dir_all(&folder) {

@@ -197,36 +197,28 @@ impl Sandboxes {
         address: &str,
     ) -> Result<u64, SandboxError> {
         let key = self.sandbox_key(record);
-        if record.status == SandboxStatus::Paused {
-            self.backend.resume(container_id).await?;
-            self.wait_answering(address, &key).await?;
-        }
-        let mut part = self
-            .homes
-            .create(Kind::Hibernated, &record.id)
-            .await
-            .map_err(|e| SandboxError::Task(e.to_string()))?;
+        self.thaw_to_archive(record, container_id, address, &key)
+            .await?;
         let request = HomeArchiveRequest {
             path: None,
             keep_held: true,
         };
         let archived = self
-            .sandboxd
-            .archive_home(
+            .archive_into(
+                &record.id,
                 address,
                 &key,
                 &request,
-                &mut part.file,
-                self.archive_limit(),
+                (Kind::Hibernated, &record.id),
             )
             .await;
-        if let Err(error) = archived {
-            let _ = self.sandboxd.release_home(address, &key).await;
-            return Err(SandboxError::Conflict(format!(
-                "sandbox {}: its home could not be archived: {error}",
-                record.id
-            )));
-        }
+        let part = match archived {
+            Ok(part) => part,
+            Err(error) => {
+                let _ = self.sandboxd.release_home(address, &key).await;
+                return Err(error);
+            }
+        };
         let size = match part.commit().await {
             Ok(size) => size,
             Err(error) => {
@@ -240,6 +232,54 @@ impl Sandboxes {
             return Err(error.into());
         }
         Ok(size)
+    }
+
+    /// Thaws a paused sandbox so its sandboxd can archive its home, and waits until it
+    /// answers; a sandbox that is not paused is left as it is.
+    pub(crate) async fn thaw_to_archive(
+        &self,
+        record: &SandboxRecord,
+        container_id: &str,
+        address: &str,
+        key: &str,
+    ) -> Result<(), SandboxError> {
+        if record.status == SandboxStatus::Paused {
+            self.backend.resume(container_id).await?;
+            self.wait_answering(address, key).await?;
+        }
+        Ok(())
+    }
+
+    /// Streams sandboxd's archive of the home (or of the folder `request.path` alone) into
+    /// the new archive `to`, returned unfinished: its caller commits it, or drops it and it is
+    /// gone. sandboxd's failure is a conflict naming the sandbox; a file that cannot be made
+    /// is the orchestrator's own.
+    pub(crate) async fn archive_into(
+        &self,
+        sandbox_id: &str,
+        address: &str,
+        key: &str,
+        request: &HomeArchiveRequest,
+        to: (Kind, &str),
+    ) -> Result<crate::homes::PartFile, SandboxError> {
+        let mut part = self
+            .homes
+            .create(to.0, to.1)
+            .await
+            .map_err(|e| SandboxError::Task(e.to_string()))?;
+        self.sandboxd
+            .archive_home(address, key, request, &mut part.file, self.archive_limit())
+            .await
+            .map_err(|error| {
+                let what = match request.path {
+                    Some(_) => "its browser profile",
+                    None => "its home",
+                };
+                SandboxError::Conflict(format!(
+                    "sandbox {sandbox_id}: {what} could not be archived: {error}"
+                ))
+            })?;
+        Ok(part)
     }
 
     /// Waits until a thawed sandboxd answers its heartbeat.

@@ -290,31 +290,21 @@ impl Sandboxes {
             ));
         };
         let key = self.sandbox_key(current);
-        if current.status == SandboxStatus::Paused {
-            self.backend.resume(container_id).await?;
-            self.wait_answering(address, &key).await?;
-        }
-        let mut part = self
-            .homes
-            .create(Kind::Profile, &profile.id)
-            .await
-            .map_err(|e| SandboxError::Task(e.to_string()))?;
+        self.thaw_to_archive(current, container_id, address, &key)
+            .await?;
         let request = HomeArchiveRequest {
             path: Some(PROFILE_FOLDER.to_string()),
             keep_held: true,
         };
-        self.sandboxd
-            .archive_home(
+        let part = self
+            .archive_into(
+                &current.id,
                 address,
                 &key,
                 &request,
-                &mut part.file,
-                self.archive_limit(),
+                (Kind::Profile, &profile.id),
             )
-            .await
-            .map_err(|error| {
-                SandboxError::Conflict(format!("the profile could not be archived: {error}"))
-            })?;
+            .await?;
         part.commit()
             .await
             .map_err(|e| SandboxError::Task(e.to_string()))

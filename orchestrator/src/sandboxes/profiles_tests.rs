@@ -17,6 +17,15 @@ fn with_profile(profile: &str) -> CreateSpec {
     }
 }
 
+/// A sandbox of [`OWNER`]'s created with `profile`.
+async fn create_holding(h: &Harness, profile: &str) -> SandboxRecord {
+    h.sandboxes
+        .create(OWNER, with_profile(profile))
+        .await
+        .expect("a sandbox with the profile")
+        .0
+}
+
 fn conflict<T: std::fmt::Debug>(result: Result<T, SandboxError>) -> String {
     match result {
         Err(SandboxError::Conflict(message)) => message,
@@ -81,12 +90,7 @@ async fn one_sandbox_holds_a_profile_and_the_next_starts_with_what_it_saved() {
     assert_eq!(saved(&h, &profile.id).unwrap(), b"cookie: login=alice");
 
     // The next sandbox with it starts with the saved state; one without it does not.
-    let next = h
-        .sandboxes
-        .create(OWNER, with_profile("work"))
-        .await
-        .unwrap()
-        .0;
+    let next = create_holding(&h, "work").await;
     assert_eq!(
         h.platform.container_of(&next.id).unwrap().profile,
         b"cookie: login=alice"
@@ -127,12 +131,7 @@ async fn one_sandbox_holds_a_profile_and_the_next_starts_with_what_it_saved() {
 async fn a_hibernated_holder_saves_the_profile_from_its_kept_home() {
     let h = Harness::new().await;
     let profile = h.sandboxes.create_profile(OWNER, "work").await.unwrap();
-    let sandbox = h
-        .sandboxes
-        .create(OWNER, with_profile("work"))
-        .await
-        .unwrap()
-        .0;
+    let sandbox = create_holding(&h, "work").await;
     let mut home = tar::Builder::new(Vec::new());
     for (path, data) in [
         (".config/chromium/Default/Cookies", &b"login=alice"[..]),
@@ -176,21 +175,11 @@ async fn a_hibernated_holder_saves_the_profile_from_its_kept_home() {
 async fn a_save_or_a_start_that_fails_keeps_the_last_state_and_frees_the_profile() {
     let h = Harness::new().await;
     let profile = h.sandboxes.create_profile(OWNER, "work").await.unwrap();
-    let first = h
-        .sandboxes
-        .create(OWNER, with_profile("work"))
-        .await
-        .unwrap()
-        .0;
+    let first = create_holding(&h, "work").await;
     h.platform.set_profile(&first.id, b"v1");
     h.sandboxes.delete(&first.id, Some(OWNER)).await.unwrap();
 
-    let second = h
-        .sandboxes
-        .create(OWNER, with_profile("work"))
-        .await
-        .unwrap()
-        .0;
+    let second = create_holding(&h, "work").await;
     h.platform.set_profile(&second.id, b"v2, never saved");
     h.platform.fail_next(Step::Archive, "sandboxd went away");
     h.sandboxes.delete(&second.id, Some(OWNER)).await.unwrap();
@@ -207,12 +196,7 @@ async fn a_save_or_a_start_that_fails_keeps_the_last_state_and_frees_the_profile
     );
     let free = h.sandboxes.profile("work", Some(OWNER)).await.unwrap();
     assert_eq!(free.holder_sandbox_id, None);
-    let third = h
-        .sandboxes
-        .create(OWNER, with_profile("work"))
-        .await
-        .unwrap()
-        .0;
+    let third = create_holding(&h, "work").await;
     assert_eq!(h.platform.container_of(&third.id).unwrap().profile, b"v1");
     h.assert_nothing_leaks().await;
 }
@@ -280,12 +264,7 @@ async fn profiles_are_the_keys_own_and_bad_input_changes_nothing() {
 async fn after_a_crash_no_profile_stays_held_and_no_archive_is_orphaned() {
     let mut h = Harness::new().await;
     let profile = h.sandboxes.create_profile(OWNER, "work").await.unwrap();
-    let sandbox = h
-        .sandboxes
-        .create(OWNER, with_profile("work"))
-        .await
-        .unwrap()
-        .0;
+    let sandbox = create_holding(&h, "work").await;
     // A crash between the holder's row going and the profile's release, and a half-removed
     // profile's archive.
     h.store.delete_sandbox(&sandbox.id).await.unwrap();

@@ -120,30 +120,19 @@ impl Sandboxes {
             )));
         };
         let started = std::time::Instant::now();
-        let mut part = self
-            .homes
-            .create(Kind::Snapshot, &snapshot.id)
-            .await
-            .map_err(|e| SandboxError::Task(e.to_string()))?;
         let request = HomeArchiveRequest {
             path: None,
             keep_held: false,
         };
-        self.sandboxd
-            .archive_home(
+        let part = self
+            .archive_into(
+                &record.id,
                 &address,
                 &self.sandbox_key(&current),
                 &request,
-                &mut part.file,
-                self.archive_limit(),
+                (Kind::Snapshot, &snapshot.id),
             )
-            .await
-            .map_err(|error| {
-                SandboxError::Conflict(format!(
-                    "sandbox {}: its home could not be archived: {error}",
-                    record.id
-                ))
-            })?;
+            .await?;
         let size = part
             .commit()
             .await
