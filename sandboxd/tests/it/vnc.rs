@@ -255,6 +255,21 @@ fn pointer(display: &str) -> Result<(i16, i16)> {
     Ok((reply.root_x, reply.root_y))
 }
 
+/// Waits until the pointer is at `expected` (10 s at most) and returns where it is. x11vnc
+/// queues a client's pointer events and injects them from its own loop, so the answer to a
+/// later framebuffer request can arrive before the pointer moved (seen once in CI: a control
+/// session's move, checked right after its sync, not applied yet).
+async fn pointer_reaches(display: &str, expected: (i16, i16)) -> Result<(i16, i16)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let at = pointer(display)?;
+        if at == expected || std::time::Instant::now() > deadline {
+            return Ok(at);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Fills the root window with `pixel` (0xRRGGBB on Xvfb's 24-bit screen), as an application
 /// repainting would; returns once the server has drawn it.
 fn paint_root(display: &str, pixel: u32) -> Result<()> {
@@ -331,7 +346,10 @@ async fn viewers_need_a_credential_and_view_only_sessions_cannot_act() -> Result
     assert_eq!(control.size, (1280, 800));
     control.send(pointer_event(100, 200, 0)).await?;
     control.sync().await?;
-    assert_eq!(pointer(&desktop.display)?, (100, 200));
+    assert_eq!(
+        pointer_reaches(&desktop.display, (100, 200)).await?,
+        (100, 200)
+    );
 
     // A view-only session (same origin as the server: allowed) sends pointer and key events:
     // nothing moves. sandboxd relays them unchanged; x11vnc refuses them itself.
@@ -359,7 +377,10 @@ async fn viewers_need_a_credential_and_view_only_sessions_cannot_act() -> Result
     // The control session still acts.
     control.send(pointer_event(640, 400, 0)).await?;
     control.sync().await?;
-    assert_eq!(pointer(&desktop.display)?, (640, 400));
+    assert_eq!(
+        pointer_reaches(&desktop.display, (640, 400)).await?,
+        (640, 400)
+    );
     Ok(())
 }
 
