@@ -48,6 +48,28 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allowed_images: Vec<String>,
+    /// Where sandboxes run: `docker`, a container each on this Docker Engine, or `swarm`, a
+    /// service each on the Docker Swarm cluster this engine manages (no pause, hibernation,
+    /// forks, starts from snapshots or browser profiles there).
+    #[arg(long, env = "AGENTBOX_BACKEND", value_enum, default_value = "docker")]
+    pub backend: crate::backend::BackendKind,
+    /// The Swarm backend's overlay network, made (internal, attachable) when missing. The
+    /// orchestrator's own container must be attached to it: it reaches sandboxes there.
+    #[arg(
+        long = "swarm-network",
+        env = "AGENTBOX_SWARM_NETWORK",
+        default_value = "agentbox-sandboxes"
+    )]
+    pub swarm_network: String,
+    /// Whether the Swarm backend's overlay, when it makes it, is encrypted between nodes
+    /// (IPsec: every node's kernel needs ESP support).
+    #[arg(
+        long = "swarm-encrypt",
+        env = "AGENTBOX_SWARM_ENCRYPT",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub swarm_encrypt: bool,
     /// Name prefix of the sandbox networks: each sandbox gets a bridge network of its own,
     /// `<network>-<random>`, so no two sandboxes share a link or a resolver.
     #[arg(long, env = "AGENTBOX_NETWORK", default_value = "agentbox")]
@@ -212,6 +234,8 @@ pub struct Settings {
     pub public_url: Option<String>,
     pub image: String,
     pub allowed_images: Vec<String>,
+    pub backend: crate::backend::BackendKind,
+    pub swarm: crate::backend::swarm::SwarmSettings,
     pub network: String,
     pub sandbox_subnets: ipnet::Ipv4Net,
     pub instance: Option<String>,
@@ -292,6 +316,11 @@ impl ServeArgs {
                 .into_iter()
                 .filter(|i| !i.is_empty())
                 .collect(),
+            backend: self.backend,
+            swarm: crate::backend::swarm::SwarmSettings {
+                network: self.swarm_network.clone(),
+                encrypt: self.swarm_encrypt,
+            },
             network: self.network,
             sandbox_subnets,
             instance: self.instance.filter(|i| !i.is_empty()),
@@ -371,6 +400,22 @@ impl ServeArgs {
         }
         if self.relays_per_key == 0 {
             return Err(invalid("relays-per-key", "must be at least 1"));
+        }
+        if self.backend == crate::backend::BackendKind::Swarm {
+            // What the Swarm backend cannot do is refused here rather than failing later,
+            // sandbox by sandbox.
+            for (flag, set) in [
+                ("idle-pause-secs", self.idle_pause_secs > 0),
+                ("idle-hibernate-secs", self.idle_hibernate_secs > 0),
+                ("pool-snapshot", self.pool_snapshot.is_some()),
+            ] {
+                if set {
+                    return Err(invalid(flag, "is not possible with --backend swarm"));
+                }
+            }
+            if self.swarm_network.is_empty() {
+                return Err(invalid("swarm-network", "must not be empty"));
+            }
         }
         if !(1..=3600).contains(&self.relay_unfinished_secs) {
             return Err(invalid(

@@ -52,8 +52,9 @@ use std::sync::Arc;
 use agentbox_http::signals::TerminationSignals;
 use anyhow::Context;
 
-use crate::backend::Backend;
 use crate::backend::docker::DockerBackend;
+use crate::backend::swarm::SwarmBackend;
+use crate::backend::{Backend, BackendKind};
 use crate::config::Settings;
 
 /// What start-up prepared: the server is ready to serve from these.
@@ -154,17 +155,27 @@ async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
         }
     };
 
-    let backend = DockerBackend::connect(
-        &settings.network,
-        settings.sandbox_subnets,
-        &instance,
-        settings.egress,
-        settings.egress_allow.clone(),
-    )
-    .await?;
-    backend.prepare().await?;
-    tracing::info!(network = %settings.network, subnets = %settings.sandbox_subnets, egress = ?settings.egress, "Docker ready");
-    let backend: Arc<dyn Backend> = Arc::new(backend);
+    let backend: Arc<dyn Backend> = match settings.backend {
+        BackendKind::Docker => {
+            let backend = DockerBackend::connect(
+                &settings.network,
+                settings.sandbox_subnets,
+                &instance,
+                settings.egress,
+                settings.egress_allow.clone(),
+            )
+            .await?;
+            backend.prepare().await?;
+            tracing::info!(network = %settings.network, subnets = %settings.sandbox_subnets, egress = ?settings.egress, "Docker ready");
+            Arc::new(backend)
+        }
+        BackendKind::Swarm => {
+            let backend = SwarmBackend::connect(settings.swarm.clone(), &instance).await?;
+            backend.prepare().await?;
+            tracing::info!(network = %settings.swarm.network, "Docker Swarm ready");
+            Arc::new(backend)
+        }
+    };
 
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await

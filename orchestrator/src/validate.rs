@@ -55,6 +55,70 @@ const MAX_STEPS: u32 = 1000;
 const MAX_SECONDS: u64 = 24 * 3600;
 const MAX_IMAGES: usize = 50;
 
+/// Most placement constraints and preferences a create request may carry, and the longest.
+pub const MAX_PLACEMENT_RULES: usize = 8;
+const MAX_PLACEMENT_RULE: usize = 200;
+
+/// A node label's name or value as placement may name it: letters, digits, `.`, `_`, `-`.
+fn placement_word(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// `placement.constraints` and `placement.preferences`: constraints on node labels,
+/// `node.labels.<name>==<value>` or `!=`, and spread preferences, `node.labels.<name>`. Only
+/// node labels: a request places its sandbox by what the operator labelled nodes with, never by
+/// a node's name, role or address.
+pub fn placement(constraints: &[String], preferences: &[String]) -> Result<(), Invalid> {
+    for (field, rules) in [
+        ("placement.constraints", constraints),
+        ("placement.preferences", preferences),
+    ] {
+        if rules.len() > MAX_PLACEMENT_RULES {
+            return Err(invalid(
+                field,
+                format!("at most {MAX_PLACEMENT_RULES} entries"),
+            ));
+        }
+    }
+    for (index, rule) in constraints.iter().enumerate() {
+        let field = format!("placement.constraints.{index}");
+        let parsed = rule.strip_prefix("node.labels.").and_then(|rest| {
+            rest.split_once("==")
+                .or_else(|| rest.split_once("!="))
+                .map(|(name, value)| (name.trim(), value.trim()))
+        });
+        match parsed {
+            Some((name, value))
+                if rule.len() <= MAX_PLACEMENT_RULE
+                    && placement_word(name)
+                    && placement_word(value) => {}
+            _ => {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{rule:?} is not `node.labels.<name>==<value>` or `!=` (letters, digits,                          `.`, `_`, `-`; at most {MAX_PLACEMENT_RULE} bytes)"
+                    ),
+                ));
+            }
+        }
+    }
+    for (index, rule) in preferences.iter().enumerate() {
+        match rule.strip_prefix("node.labels.") {
+            Some(name) if rule.len() <= MAX_PLACEMENT_RULE && placement_word(name) => {}
+            _ => {
+                return Err(invalid(
+                    format!("placement.preferences.{index}"),
+                    format!("{rule:?} is not `node.labels.<name>` (spread over that label)"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// How large a string map (`metadata`) may be: entries, key bytes, value bytes.
 #[derive(Debug, Clone, Copy)]
 pub struct MapBounds {
@@ -389,5 +453,38 @@ mod tests {
             image(Some("other:1"), "d", &["other:1".to_string()]).unwrap(),
             "other:1"
         );
+    }
+
+    #[test]
+    fn placement_names_node_labels_only() {
+        let ok = |c: &[&str], p: &[&str]| {
+            placement(
+                &c.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                &p.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            )
+        };
+        assert!(
+            ok(
+                &["node.labels.zone==eu-1", "node.labels.gpu!=yes"],
+                &["node.labels.zone"]
+            )
+            .is_ok()
+        );
+        for (bad, field) in [
+            ("node.hostname==n1", "placement.constraints.0"),
+            ("node.labels.zone", "placement.constraints.0"),
+            ("node.labels.zone==", "placement.constraints.0"),
+            ("node.labels.a b==c", "placement.constraints.0"),
+        ] {
+            assert_eq!(ok(&[bad], &[]).unwrap_err().field, field, "{bad}");
+        }
+        assert_eq!(
+            ok(&[], &["node.labels.zone", "spread=node.role"])
+                .unwrap_err()
+                .field,
+            "placement.preferences.1"
+        );
+        let many: Vec<&str> = vec!["node.labels.a==b"; MAX_PLACEMENT_RULES + 1];
+        assert_eq!(ok(&many, &[]).unwrap_err().field, "placement.constraints");
     }
 }

@@ -90,6 +90,13 @@ pub struct Settings {
     /// Fork the shells commands run in from a long-lived zygote bash when the builtin for it is
     /// installed (`SANDBOXD_SHELL_ZYGOTE`, default true; false starts each from scratch).
     pub shell_zygote: bool,
+    /// The user sandboxd becomes right after reading its settings when started as root
+    /// (`SANDBOXD_RUN_AS`; the Swarm backend's way to read a key file only root may read, see
+    /// `privileges`). Unset: sandboxd stays who it was started as.
+    pub run_as: Option<String>,
+    /// Folders given to `run_as` before sandboxd becomes it (`SANDBOXD_CHOWN`, absolute paths
+    /// separated by `:`; only with `SANDBOXD_RUN_AS`): mounts the platform made root's.
+    pub chown: Vec<PathBuf>,
     /// Python and JavaScript code behind `/v1/jupyter/*`, `/v1/nodejs/*` and `/v1/code/*`.
     pub code: CodeSettings,
     /// The ffmpeg that records the display and pages (`SANDBOXD_FFMPEG`, default `ffmpeg` on
@@ -303,8 +310,47 @@ impl Settings {
             None => vec![home_dir.clone(), PathBuf::from("/tmp")],
             Some(text) => parse_roots(&text)?,
         };
+        let run_as = match get("SANDBOXD_RUN_AS") {
+            None => None,
+            Some(name)
+                if !name.is_empty()
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
+            {
+                Some(name)
+            }
+            Some(name) => {
+                return Err(SettingsError {
+                    name: "SANDBOXD_RUN_AS",
+                    message: format!("must be a user name, got {name:?}"),
+                });
+            }
+        };
+        let chown: Vec<PathBuf> = match get("SANDBOXD_CHOWN") {
+            None => Vec::new(),
+            Some(text) => {
+                let paths: Vec<PathBuf> = text
+                    .split(':')
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+                    .collect();
+                if run_as.is_none() || paths.iter().any(|p| !p.is_absolute()) {
+                    return Err(SettingsError {
+                        name: "SANDBOXD_CHOWN",
+                        message: "takes absolute paths separated by `:`, and only with \
+                                  SANDBOXD_RUN_AS"
+                            .into(),
+                    });
+                }
+                paths
+            }
+        };
         let (api_key, key_source) = match get("SANDBOX_API_KEY_FILE") {
-            Some(path) => (Some(read_key_file(&path)?), "SANDBOX_API_KEY_FILE"),
+            Some(path) => (
+                Some(read_key_file(&path, run_as.as_deref())?),
+                "SANDBOX_API_KEY_FILE",
+            ),
             None => (get("SANDBOX_API_KEY"), "SANDBOX_API_KEY"),
         };
         if let Some(key) = &api_key
@@ -397,6 +443,8 @@ impl Settings {
                 .unwrap_or_else(|| "ffmpeg".into())
                 .into(),
             shutdown_hooks: get(crate::hooks::ENV_VAR),
+            run_as,
+            chown,
             shell_zygote: match get("SANDBOXD_SHELL_ZYGOTE") {
                 None => true,
                 Some(text) => parse_bool(&text).ok_or_else(|| SettingsError {
@@ -423,7 +471,11 @@ fn read_key_from_stdin() -> std::io::Result<String> {
     Ok(line.trim().to_string())
 }
 
-fn read_key_file(path: &str) -> Result<String, SettingsError> {
+/// Reads the key file's first line and deletes the file, so that no process in the sandbox can
+/// find it later. A file that cannot be deleted (a Swarm secret's read-only mount) may stay
+/// only when no process left in the sandbox will be able to read it
+/// (`privileges::key_file_may_stay`).
+fn read_key_file(path: &str, run_as: Option<&str>) -> Result<String, SettingsError> {
     let error = |message: String| SettingsError {
         name: "SANDBOX_API_KEY_FILE",
         message,
@@ -441,7 +493,9 @@ fn read_key_file(path: &str) -> Result<String, SettingsError> {
     if key.is_empty() {
         return Err(error(format!("{path} holds no key")));
     }
-    if let Err(e) = std::fs::remove_file(path) {
+    if let Err(e) = std::fs::remove_file(path)
+        && !crate::privileges::key_file_may_stay(std::path::Path::new(path), run_as)
+    {
         return Err(error(format!("removing {path} after reading it: {e}")));
     }
     Ok(key)

@@ -49,6 +49,7 @@ pub mod nodejs;
 pub mod packages;
 pub mod page_recording;
 pub mod pid1;
+pub mod privileges;
 pub mod quiesce;
 pub mod recording;
 pub mod services;

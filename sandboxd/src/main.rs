@@ -10,6 +10,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Root only long enough to read the key: from here on the agent's user, with no way back.
+    if let Some(user) = &settings.run_as
+        && let Err(error) = sandboxd::privileges::become_user(user, &settings.chown)
+    {
+        eprintln!("sandboxd: {error}");
+        return ExitCode::from(2);
+    }
     // SAFETY: no other thread exists yet (the runtime and the reaper start below), so changing the
     // environment cannot race with a reader. Secrets must not be inherited by supervised programs.
     #[allow(unsafe_code)]

@@ -151,6 +151,19 @@ impl From<SandboxError> for ApiError {
             SandboxError::Backend(BackendError::ImageMissing(image)) => ApiError::invalid(format!(
                 "invalid `image`: image {image} is not present on the server"
             )),
+            SandboxError::Backend(BackendError::Unsupported(what)) => ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "not_supported_by_backend",
+                BackendError::Unsupported(what).to_string(),
+            ),
+            SandboxError::Backend(error @ BackendError::NoCapacity(_)) => ApiError {
+                retry_after: Some(10),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no_capacity",
+                    error.to_string(),
+                )
+            },
             SandboxError::Backend(error) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "backend_unavailable",

@@ -15,6 +15,7 @@ use super::types::{
     CreateSandboxRequest, ErrorBody, Sandbox, SandboxList, SandboxUrls, SetTimeoutRequest,
 };
 use crate::auth::Caller;
+use crate::backend::Placement;
 use crate::db::{SandboxRecord, SandboxStatus};
 use crate::sandboxes::{CreateSpec, TimeoutChange};
 use agentbox_http::timestamp::rfc3339_from_unix_ms;
@@ -95,6 +96,13 @@ pub async fn create(
         idle_hibernate_secs: request.idle_hibernate_secs,
         snapshot: request.snapshot,
         profile: request.profile,
+        placement: request
+            .placement
+            .map(|p| Placement {
+                constraints: p.constraints,
+                preferences: p.preferences,
+            })
+            .unwrap_or_default(),
     };
     let (record, _) = state.sandboxes.create(&caller.key_id, spec).await?;
     Ok((StatusCode::CREATED, Json(to_wire(&state, &record))))

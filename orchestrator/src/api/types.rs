@@ -60,6 +60,23 @@ pub struct CreateSandboxRequest {
     /// the sandbox ends. One sandbox at a time per profile (409 naming the one that holds it).
     /// Never from the warm pool.
     pub profile: Option<String>,
+    /// Which nodes may run it, on an orchestrator with the `swarm` backend (422 on others).
+    /// Never from the warm pool.
+    pub placement: Option<SandboxPlacement>,
+}
+
+/// Where a sandbox may run, by the labels the operator gave the cluster's nodes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxPlacement {
+    /// Each must hold: `node.labels.<name>==<value>` or `node.labels.<name>!=<value>`
+    /// (at most 8).
+    #[serde(default)]
+    pub constraints: Vec<String>,
+    /// Spread sandboxes evenly over the values of these labels, first one first:
+    /// `node.labels.<name>` (at most 8).
+    #[serde(default)]
+    pub preferences: Vec<String>,
 }
 
 /// Where to reach a sandbox through the orchestrator.

@@ -1,6 +1,8 @@
 //! Where sandboxes run. [`Backend`] is what the lifecycle needs from a container platform;
-//! [`docker::DockerBackend`] implements it with the Docker Engine API. A Kubernetes backend
-//! would implement the same trait.
+//! [`docker::DockerBackend`] implements it with one Docker Engine, [`swarm::SwarmBackend`] with
+//! a Docker Swarm cluster (one service per sandbox). A Kubernetes backend would implement the
+//! same trait. What a backend cannot do it says in [`BackendFeatures`], so the lifecycle
+//! refuses such a request before it changes anything.
 //!
 //! **Invariant:** a backend knows containers, not HTTP requests or database rows; it only ever
 //! touches containers labelled as this orchestrator instance's.
@@ -8,6 +10,7 @@
 pub mod docker;
 pub mod egress;
 pub mod networks;
+pub mod swarm;
 
 use std::collections::BTreeMap;
 
@@ -53,6 +56,9 @@ pub struct ContainerSpec {
     /// A browser profile's archive (`crate::homes`, Chromium's profile folder alone) put into
     /// the container before it starts, which sandboxd puts in place of the home's profile.
     pub profile_archive: Option<std::path::PathBuf>,
+    /// Where the sandbox may run (Swarm constraints and preferences); empty for backends
+    /// without nodes to choose from.
+    pub placement: Placement,
 }
 
 /// Where a container finds its home archive at start (`SANDBOXD_HOME_ARCHIVE`'s default): the
@@ -62,6 +68,21 @@ pub const HOME_ARCHIVE_NAME: &str = "home.tar";
 /// Where in that folder a container finds its browser profile's archive
 /// (`SANDBOXD_PROFILE_ARCHIVE`'s default).
 pub const PROFILE_ARCHIVE_NAME: &str = "profile.tar";
+
+/// Where a sandbox may be placed: Swarm constraints (`node.labels.region==eu`) and spread
+/// preferences (`node.labels.zone`), checked by [`crate::validate`] before they come here. Only a backend whose
+/// [`BackendFeatures::placement`] is set is handed a non-empty one.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Placement {
+    pub constraints: Vec<String>,
+    pub preferences: Vec<String>,
+}
+
+impl Placement {
+    pub fn is_empty(&self) -> bool {
+        self.constraints.is_empty() && self.preferences.is_empty()
+    }
+}
 
 /// A container that was created and started.
 #[derive(Debug, Clone)]
@@ -91,6 +112,33 @@ pub enum BackendError {
     ImageMissing(String),
     #[error("{step}: {message}")]
     Failed { step: &'static str, message: String },
+    /// The platform has no room for the sandbox now (every node's reservations are taken).
+    #[error("no node has room for the sandbox: {0}")]
+    NoCapacity(String),
+    /// This backend cannot do that at all (see [`BackendFeatures`]).
+    #[error("{0} is not possible with this orchestrator's backend")]
+    Unsupported(&'static str),
+}
+
+/// What a backend can do beyond starting and removing sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendFeatures {
+    /// Freezing and thawing a sandbox ([`Backend::pause`], [`Backend::resume`]).
+    pub pause: bool,
+    /// Starting a sandbox with a home or profile archive put in first (wakes, snapshots,
+    /// forks, browser profiles).
+    pub home_archives: bool,
+    /// Honouring [`ContainerSpec::placement`].
+    pub placement: bool,
+}
+
+/// Which backend `serve --backend` runs sandboxes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// One Docker Engine: a container per sandbox, each on a network of its own.
+    Docker,
+    /// A Docker Swarm cluster: a service per sandbox, on the nodes the scheduler picks.
+    Swarm,
 }
 
 /// Whether Docker answered 404 (the container or network is not there).
@@ -107,6 +155,14 @@ pub(crate) fn is_not_found(error: &bollard::errors::Error) -> bool {
 /// What the lifecycle needs from a container platform.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {
+    /// What this backend can do; the Docker backend does everything.
+    fn features(&self) -> BackendFeatures {
+        BackendFeatures {
+            pause: true,
+            home_archives: true,
+            placement: false,
+        }
+    }
     /// One-time setup (the egress rules); idempotent.
     async fn prepare(&self) -> Result<(), BackendError>;
     /// Creates the container, delivers the key file, starts it and returns its address.
@@ -124,6 +180,11 @@ pub trait Backend: Send + Sync {
     async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError>;
     /// One container, `None` when it does not exist.
     async fn inspect(&self, container_id: &str) -> Result<Option<ContainerInfo>, BackendError>;
+    /// Why a container that stopped running went away, when the platform knows more than
+    /// that (its node is down); `None` otherwise.
+    async fn lost_reason(&self, _container_id: &str) -> Option<String> {
+        None
+    }
     /// The last lines of a container's output (for failure reports).
     async fn logs_tail(&self, container_id: &str, lines: usize) -> Result<String, BackendError>;
     /// Removes what this instance's containers left behind when they went away without it (a

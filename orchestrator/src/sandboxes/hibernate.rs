@@ -23,6 +23,7 @@ use std::time::Duration;
 use super::pause::Why;
 use super::sandboxd::HomeArchiveRequest;
 use super::{LifecycleChange, SandboxError, Sandboxes};
+use crate::backend::BackendError;
 use crate::db::{SandboxRecord, SandboxStatus};
 use crate::homes::Kind;
 use crate::validate::{self, Invalid};
@@ -98,6 +99,9 @@ impl Sandboxes {
         record: SandboxRecord,
         why: Why,
     ) -> Result<SandboxRecord, SandboxError> {
+        if !self.backend.features().home_archives {
+            return Err(BackendError::Unsupported("hibernating a sandbox").into());
+        }
         let id = record.id.clone();
         let _turn = self.transition_turn(&id).await;
         let Some(record) = self.store.sandbox(&id).await? else {
@@ -407,9 +411,9 @@ impl Sandboxes {
         record: &SandboxRecord,
         archive: std::path::PathBuf,
     ) -> Result<(String, String), SandboxError> {
-        let restore = super::Restore {
+        let restore = super::StartWith {
             home: Some(archive),
-            profile: None,
+            ..Default::default()
         };
         let spec = self.container_spec(record, restore)?;
         let started = self.backend.start(&spec).await?;

@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, BackendError, ContainerSpec};
+use crate::backend::{Backend, BackendError, ContainerSpec, Placement};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Settings;
 use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus, Store, StoreError};
@@ -123,13 +123,17 @@ pub struct CreateSpec {
     pub snapshot: Option<String>,
     /// Use this browser profile (one of the caller's, by id or name) and save it at the end.
     pub profile: Option<String>,
+    /// Where it may run (backends with nodes to choose from).
+    pub placement: Placement,
 }
 
-/// The archives a new container starts with: its home's and a browser profile's.
+/// What a new container starts with besides its record: the archives of its home and of a
+/// browser profile, and where it may be placed.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Restore {
+pub(crate) struct StartWith {
     pub home: Option<std::path::PathBuf>,
     pub profile: Option<std::path::PathBuf>,
+    pub placement: Placement,
 }
 
 /// A create request's values with the server's defaults filled in.
@@ -403,6 +407,8 @@ impl Sandboxes {
             hibernate::idle_hibernate(spec.idle_hibernate_secs, settings.idle_hibernate_secs, cap)?;
         validate::env(&spec.env)?;
         validate::metadata(&spec.metadata, SANDBOX_METADATA)?;
+        validate::placement(&spec.placement.constraints, &spec.placement.preferences)?;
+        self.backend_can(spec, idle_pause, idle_hibernate)?;
         Ok(Defaults {
             image,
             idle,
@@ -410,6 +416,46 @@ impl Sandboxes {
             idle_pause,
             idle_hibernate,
         })
+    }
+
+    /// Refuses, naming the field, what the request asks for that this orchestrator's backend
+    /// cannot do (see [`crate::backend::BackendFeatures`]).
+    fn backend_can(
+        &self,
+        spec: &CreateSpec,
+        idle_pause: Option<i64>,
+        idle_hibernate: Option<i64>,
+    ) -> Result<(), validate::Invalid> {
+        let features = self.backend.features();
+        let refuse = |field: &str, what: &str| {
+            Err(invalid(
+                field,
+                format!("{what} is not possible with this orchestrator's backend"),
+            ))
+        };
+        if !features.placement && !spec.placement.is_empty() {
+            return refuse("placement", "placing a sandbox on chosen nodes");
+        }
+        if !features.pause && (spec.auto_resume || idle_pause.is_some()) {
+            let field = if spec.auto_resume {
+                "auto_resume"
+            } else {
+                "idle_pause_secs"
+            };
+            return refuse(field, "pausing a sandbox");
+        }
+        if !features.home_archives {
+            for (field, given) in [
+                ("idle_hibernate_secs", idle_hibernate.is_some()),
+                ("snapshot", spec.snapshot.is_some()),
+                ("profile", spec.profile.is_some()),
+            ] {
+                if given {
+                    return refuse(field, "starting a sandbox from a kept home or profile");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Creates a sandbox for `owner` and returns it once ready. Takes a ready one from the warm
@@ -477,6 +523,7 @@ impl Sandboxes {
             && resolution.as_deref() == self.pool.resolution()
             && spec.snapshot.as_deref() == self.pool.snapshot().map(|s| s.id.as_str())
             && profile.is_none()
+            && spec.placement.is_empty()
             && image == self.pool.image()
         {
             let now = self.clock.now_ms();
@@ -565,9 +612,10 @@ impl Sandboxes {
         };
         self.store.insert_sandbox(&record).await?;
         drop(quota);
-        let mut restore = Restore {
+        let mut restore = StartWith {
             home: snapshot,
             profile: None,
+            placement: spec.placement,
         };
         if let Some(profile) = &profile {
             // Held once the row exists: a profile whose holder has no row is free.
@@ -597,7 +645,7 @@ impl Sandboxes {
     pub(crate) async fn start(
         &self,
         record: SandboxRecord,
-        restore: Restore,
+        restore: StartWith,
     ) -> Result<SandboxRecord, SandboxError> {
         self.store.insert_sandbox(&record).await?;
         self.start_inserted(record, restore).await
@@ -608,7 +656,7 @@ impl Sandboxes {
     async fn start_inserted(
         &self,
         record: SandboxRecord,
-        restore: Restore,
+        restore: StartWith,
     ) -> Result<SandboxRecord, SandboxError> {
         let permit = self.starts.acquire().await;
         let result = self.boot(record.clone(), restore).await;
@@ -625,7 +673,7 @@ impl Sandboxes {
     fn container_spec(
         &self,
         record: &SandboxRecord,
-        restore: Restore,
+        restore: StartWith,
     ) -> Result<ContainerSpec, SandboxError> {
         let mut env = record.env.clone();
         if let Some(resolution) = &record.resolution {
@@ -647,6 +695,7 @@ impl Sandboxes {
             limits: self.settings.limits.clone(),
             home_archive: restore.home,
             profile_archive: restore.profile,
+            placement: restore.placement,
         })
     }
 
@@ -654,7 +703,7 @@ impl Sandboxes {
     async fn boot(
         &self,
         mut record: SandboxRecord,
-        restore: Restore,
+        restore: StartWith,
     ) -> Result<SandboxRecord, SandboxError> {
         let spec = self.container_spec(&record, restore)?;
         let key = spec.api_key.clone();

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{EndReason, SandboxError, Sandboxes};
+use crate::backend::BackendError;
 use crate::db::{RunStatus, SandboxRecord, SandboxStatus};
 use crate::validate::{self, Invalid};
 
@@ -227,6 +228,9 @@ impl Sandboxes {
         record: SandboxRecord,
         why: Why,
     ) -> Result<SandboxRecord, SandboxError> {
+        if !self.backend.features().pause {
+            return Err(BackendError::Unsupported("pausing a sandbox").into());
+        }
         let id = record.id.clone();
         let lock = self.transition_lock(&id);
         let _turn = lock.lock().await;

@@ -324,7 +324,7 @@ impl Sandboxes {
 
     /// Creates one ready, unowned pool member.
     pub(crate) async fn create_pool_member(&self) -> Result<SandboxRecord, SandboxError> {
-        let mut restore = super::Restore::default();
+        let mut restore = super::StartWith::default();
         let mut metadata = std::collections::BTreeMap::new();
         if let Some(snapshot) = self.pool.snapshot() {
             restore.home = Some(

@@ -380,7 +380,12 @@ impl Sandboxes {
                 if record.pooled {
                     let _ = self.remove(record, EndReason::Lost).await;
                 } else {
-                    self.mark_lost(record, "the container is gone").await;
+                    let why = match &record.container_id {
+                        Some(container_id) => self.backend.lost_reason(container_id).await,
+                        None => None,
+                    };
+                    let why = why.unwrap_or_else(|| "the container is gone".to_string());
+                    self.mark_lost(record, &why).await;
                 }
             }
         }

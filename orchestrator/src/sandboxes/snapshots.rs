@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::sandboxd::HomeArchiveRequest;
 use super::{CreateSpec, SandboxError, Sandboxes, Source};
+use crate::backend::BackendError;
 use crate::db::{SandboxRecord, SandboxStatus, SnapshotRecord, SnapshotStatus};
 use crate::homes::Kind;
 use crate::secret::new_id;
@@ -251,6 +252,9 @@ impl Sandboxes {
         spec: CreateSpec,
         keep_snapshot: bool,
     ) -> Result<(Vec<SandboxRecord>, SnapshotRecord), SandboxError> {
+        if !self.backend.features().home_archives {
+            return Err(BackendError::Unsupported("forking a sandbox").into());
+        }
         let count = validate::within("count", count, 1..=MAX_FORK)?;
         if spec.snapshot.is_some() {
             return Err(validate::invalid(

@@ -1,0 +1,418 @@
+//! The Swarm backend on a real three-node Docker Swarm built inside the test: Docker-in-Docker
+//! nodes of the project's own `agentbox/swarm-node` image on a private network, the sandbox and
+//! orchestrator images loaded into each (`scripts/cluster-up.sh`, the command a person trying it
+//! out runs), the orchestrator deployed as a Swarm service with `compose.swarm.yaml`.
+//!
+//! Heavy (three engines, 1.8 GB loaded three times): one test, run alone
+//! (`.config/nextest.toml`), and the cluster removed at the end however the test ends.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agentbox_tests::docker;
+use anyhow::{Context, bail, ensure};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const PREFIX: &str = "agentbox-it-node";
+const SUBNET: &str = "10.213.77.0/24";
+
+/// The cluster of this test: built by `scripts/cluster-up.sh`, removed on drop.
+struct Cluster {
+    root: PathBuf,
+    cache: tempfile::TempDir,
+    url: String,
+    admin_key: String,
+    http: reqwest::Client,
+}
+
+impl Cluster {
+    /// Runs `scripts/<name>` for this test's cluster and waits for it.
+    // The test process is not PID 1 and reaps nothing but its own children: std waits for the
+    // script itself.
+    #[allow(clippy::disallowed_methods)]
+    fn script(root: &Path, cache: &Path, name: &str) -> std::io::Result<std::process::Output> {
+        Command::new(root.join("scripts").join(name))
+            .env("AGENTBOX_CLUSTER_PREFIX", PREFIX)
+            .env("AGENTBOX_CLUSTER_SUBNET", SUBNET)
+            .env("AGENTBOX_CLUSTER_SKIP_BUILD", "1")
+            .env("AGENTBOX_CACHE", cache)
+            .env("AGENTBOX_HEARTBEAT_SECS", "2")
+            .env("AGENTBOX_SANDBOX_MEMORY_MIB", "1024")
+            .output()
+    }
+
+    fn up() -> anyhow::Result<Self> {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .context("the workspace root")?
+            .to_path_buf();
+        for image in ["agentbox/sandbox:latest", "agentbox/orchestrator:latest"] {
+            docker(&["image", "inspect", image]).with_context(|| {
+                format!(
+                    "{image} is missing: build it (images/build.sh, images/build-orchestrator.sh)"
+                )
+            })?;
+        }
+        let cache = tempfile::tempdir()?;
+        // A cluster left by an earlier run that was killed goes first.
+        let _ = Self::script(&root, cache.path(), "cluster-down.sh");
+        let output = Self::script(&root, cache.path(), "cluster-up.sh")?;
+        let mut cluster = Self {
+            url: String::new(),
+            admin_key: String::new(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()?,
+            root,
+            cache,
+        };
+        ensure!(
+            output.status.success(),
+            "cluster-up.sh failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let admin_key = std::fs::read_to_string(
+            cluster
+                .cache
+                .path()
+                .join(format!("cluster-{PREFIX}"))
+                .join("admin-key"),
+        )?;
+        let ip = docker(&[
+            "inspect",
+            "-f",
+            &format!("{{{{(index .NetworkSettings.Networks \"{PREFIX}-net\").IPAddress}}}}"),
+            &node(1),
+        ])?;
+        cluster.url = format!("http://{ip}:8090");
+        cluster.admin_key = admin_key.trim().to_string();
+        Ok(cluster)
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.admin_key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        Ok((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        ))
+    }
+
+    async fn create(&self, body: Value) -> anyhow::Result<(u16, Value)> {
+        self.call(Method::POST, "/v1/sandboxes", Some(body)).await
+    }
+
+    async fn shell(&self, id: &str, command: &str) -> anyhow::Result<String> {
+        let (status, answer) = self
+            .call(
+                Method::POST,
+                &format!("/v1/sandboxes/{id}/api/v1/shell/exec"),
+                Some(json!({ "command": command })),
+            )
+            .await?;
+        ensure!(status == 200, "{command:?}: {status} {answer}");
+        Ok(answer["data"]["output"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+
+    async fn status(&self, id: &str) -> anyhow::Result<Value> {
+        let (status, answer) = self
+            .call(Method::GET, &format!("/v1/sandboxes/{id}"), None)
+            .await?;
+        ensure!(status == 200, "GET {id}: {status} {answer}");
+        Ok(answer)
+    }
+
+    /// `docker` on node `n`'s engine.
+    fn on_node(n: usize, args: &[&str]) -> anyhow::Result<String> {
+        let name = node(n);
+        let mut full = vec!["exec", name.as_str(), "docker"];
+        full.extend_from_slice(args);
+        docker(&full)
+    }
+
+    /// The node whose engine runs sandbox `id`'s container.
+    fn node_of(id: &str) -> anyhow::Result<usize> {
+        let filter = format!("label=agentbox.sandbox_id={id}");
+        for n in 1..=3 {
+            if !Self::on_node(n, &["ps", "-q", "--filter", &filter])?.is_empty() {
+                return Ok(n);
+            }
+        }
+        bail!("no node runs sandbox {id}")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Self::script(&self.root, self.cache.path(), "cluster-down.sh");
+    }
+}
+
+fn node(n: usize) -> String {
+    format!("{PREFIX}{n}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() -> anyhow::Result<()>
+{
+    let cluster = Cluster::up()?;
+
+    // One sandbox pinned to each zone label, one placed by the scheduler: each runs where it
+    // was placed, and each answers through the one orchestrator, across nodes.
+    let mut pinned = Vec::new();
+    for zone in 1..=3 {
+        let (status, sandbox) = cluster
+            .create(json!({
+                "placement": { "constraints": [format!("node.labels.agentbox.zone=={zone}")] },
+                "metadata": { "zone": zone.to_string() },
+            }))
+            .await?;
+        ensure!(status == 201, "create in zone {zone}: {status} {sandbox}");
+        let id = sandbox["id"].as_str().context("id")?.to_string();
+        assert_eq!(
+            Cluster::node_of(&id)?,
+            zone,
+            "sandbox {id} placed in zone {zone}"
+        );
+        pinned.push(id);
+    }
+    let (status, free) = cluster
+        .create(json!({ "placement": { "preferences": ["node.labels.agentbox.zone"] } }))
+        .await?;
+    ensure!(status == 201, "create with a preference: {status} {free}");
+    let free = free["id"].as_str().context("id")?.to_string();
+    for id in pinned.iter().chain([&free]) {
+        let who = cluster
+            .shell(id, "id -u; echo $HOME; touch ~/written && echo ok")
+            .await?;
+        assert_eq!(who, "1000\n/home/agent\nok", "sandbox {id}");
+    }
+
+    // The key's secret file is there and unreadable to the agent; the agent cannot regain root.
+    let attempt = cluster
+        .shell(
+            &pinned[0],
+            "ls -ln /run/secrets/sandbox-key | cut -d' ' -f1,3; cat /run/secrets/sandbox-key \
+             2>&1 | head -c 80; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status | tr -s '\\t ' ' '",
+        )
+        .await?;
+    assert!(attempt.starts_with("-r-------- 0\n"), "{attempt}");
+    assert!(attempt.contains("Permission denied"), "{attempt}");
+    assert!(attempt.contains("NoNewPrivs: 1"), "{attempt}");
+    assert!(attempt.contains("CapEff: 0000000000000000"), "{attempt}");
+    // No way out of the overlay: not to a node, not to the orchestrator's host network.
+    let node_ip = docker(&[
+        "inspect",
+        "-f",
+        &format!("{{{{(index .NetworkSettings.Networks \"{PREFIX}-net\").IPAddress}}}}"),
+        &node(1),
+    ])?;
+    let reach = cluster
+        .shell(
+            &pinned[1],
+            &format!(
+                "timeout 5 bash -c 'exec 3<>/dev/tcp/{node_ip}/2377' 2>&1; echo \"exit $?\"; \
+                 ip route | grep -c default"
+            ),
+        )
+        .await?;
+    assert!(
+        !reach.contains("exit 0"),
+        "a sandbox reached a node: {reach}"
+    );
+    assert!(
+        reach.ends_with("\n0"),
+        "a sandbox has a default route: {reach}"
+    );
+
+    // What Swarm cannot do is refused by name, before anything is made.
+    let services_before = Cluster::on_node(
+        1,
+        &[
+            "service",
+            "ls",
+            "-q",
+            "--filter",
+            "label=agentbox.managed=true",
+        ],
+    )?;
+    for (body, field) in [
+        (json!({ "idle_pause_secs": 60 }), "idle_pause_secs"),
+        (json!({ "auto_resume": true }), "auto_resume"),
+        (json!({ "snapshot": "snp-x" }), "snapshot"),
+        (
+            json!({ "placement": { "constraints": ["node.hostname==x"] } }),
+            "placement.constraints.0",
+        ),
+    ] {
+        let (status, answer) = cluster.create(body.clone()).await?;
+        assert_eq!(status, 422, "{body}: {answer}");
+        assert!(answer.to_string().contains(field), "{body}: {answer}");
+    }
+    let (status, answer) = cluster
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/pause", pinned[0]),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 501, "pause: {answer}");
+    let (status, answer) = cluster
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{}/hibernate", pinned[0]),
+            None,
+        )
+        .await?;
+    assert_eq!(status, 501, "hibernate: {answer}");
+    // No node matches: a clear 503 with Retry-After, and nothing left behind.
+    let response = cluster
+        .http
+        .post(format!("{}/v1/sandboxes", cluster.url))
+        .bearer_auth(&cluster.admin_key)
+        .json(&json!({ "placement": { "constraints": ["node.labels.agentbox.zone==9"] } }))
+        .send()
+        .await?;
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(response.headers().contains_key("retry-after"));
+    let answer: Value = response.json().await?;
+    assert_eq!(answer["error"]["code"], "no_capacity", "{answer}");
+    let services_after = Cluster::on_node(
+        1,
+        &[
+            "service",
+            "ls",
+            "-q",
+            "--filter",
+            "label=agentbox.managed=true",
+        ],
+    )?;
+    assert_eq!(
+        services_after, services_before,
+        "a refused create left a service"
+    );
+
+    // Node 3 is lost: its sandbox becomes `lost`, naming the node, within a bounded time; the
+    // others keep working; its API calls get a clear error.
+    let lost = pinned[2].clone();
+    let stopped = Instant::now();
+    docker(&["stop", "-t", "1", &node(3)])?;
+    let record = loop {
+        let record = cluster.status(&lost).await?;
+        if record["status"] == "lost" {
+            break record;
+        }
+        ensure!(
+            stopped.elapsed() < Duration::from_secs(90),
+            "sandbox {lost} not lost after 90 s: {record}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let took = stopped.elapsed();
+    eprintln!("node 3 stopped -> its sandbox lost in {took:?}");
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&node(3)),
+        "the reason names the node: {record}"
+    );
+    for id in &pinned[..2] {
+        assert_eq!(cluster.shell(id, "echo alive").await?, "alive");
+    }
+    let (status, answer) = cluster
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{lost}/api/v1/shell/exec"),
+            Some(json!({ "command": "true" })),
+        )
+        .await?;
+    assert!(
+        (400..500).contains(&status),
+        "a call to a lost sandbox: {status} {answer}"
+    );
+
+    // The node comes back: a sandbox can be placed on it again.
+    docker(&["start", &node(3)])?;
+    let back = Instant::now();
+    loop {
+        let state = Cluster::on_node(1, &["node", "inspect", "-f", "{{.Status.State}}", &node(3)])?;
+        if state == "ready" {
+            break;
+        }
+        ensure!(
+            back.elapsed() < Duration::from_secs(120),
+            "node 3 not ready again: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (status, again) = cluster
+        .create(json!({ "placement": { "constraints": ["node.labels.agentbox.zone==3"] } }))
+        .await?;
+    ensure!(
+        status == 201,
+        "create on the returned node: {status} {again}"
+    );
+    let again = again["id"].as_str().context("id")?.to_string();
+    assert_eq!(cluster.shell(&again, "echo back").await?, "back");
+
+    // Deleting removes each service and its key's secret.
+    for id in pinned[..2].iter().chain([&free, &again]) {
+        let (status, answer) = cluster
+            .call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+            .await?;
+        assert_eq!(status, 204, "delete {id}: {answer}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let services = Cluster::on_node(
+            1,
+            &[
+                "service",
+                "ls",
+                "-q",
+                "--filter",
+                "label=agentbox.managed=true",
+            ],
+        )?;
+        let secrets = Cluster::on_node(
+            1,
+            &[
+                "secret",
+                "ls",
+                "-q",
+                "--filter",
+                "label=agentbox.managed=true",
+            ],
+        )?;
+        // The lost sandbox's service stays until the reaper's retention ends it.
+        if services.lines().count() <= 1 && secrets.lines().count() <= 1 {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "left after the deletes: services {services:?}, secrets {secrets:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
