@@ -121,6 +121,8 @@ cluster_deploy() {
     -e "AGENTBOX_POOL_SIZE=${AGENTBOX_POOL_SIZE:-0}" \
     -e "AGENTBOX_SANDBOX_MEMORY_MIB=${AGENTBOX_SANDBOX_MEMORY_MIB:-1024}" \
     -e "AGENTBOX_HEARTBEAT_SECS=${AGENTBOX_HEARTBEAT_SECS:-10}" \
+    -e "AGENTBOX_PUBLISH_MODE=${AGENTBOX_PUBLISH_MODE:-host}" \
+    -e "AGENTBOX_SWEEP_INTERVAL_SECS=${AGENTBOX_SWEEP_INTERVAL_SECS:-60}" \
     "$first" sh -c 'cat >/tmp/compose.swarm.yaml && docker stack deploy --resolve-image never -c /tmp/compose.swarm.yaml agentbox' \
     <"$root/compose.swarm.yaml" >/dev/null
   log "waiting for the orchestrator at $url"

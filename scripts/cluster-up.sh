@@ -14,7 +14,8 @@
 # Settings (environment): AGENTBOX_CLUSTER_NODES (3), AGENTBOX_CLUSTER_PREFIX (agentbox-node),
 # AGENTBOX_CLUSTER_SUBNET (10.213.0.0/24), AGENTBOX_CLUSTER_ENCRYPT (false: this machine's
 # kernel has no ESP support for IPsec; say true where it has), AGENTBOX_CLUSTER_SKIP_BUILD (set:
-# use the images already built), AGENTBOX_POOL_SIZE (0).
+# use the images already built), AGENTBOX_POOL_SIZE (0), AGENTBOX_PUBLISH_MODE (host: the
+# orchestrator's port on node 1 itself; this machine's kernel has no IPVS for the routing mesh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/lib.sh

@@ -72,6 +72,14 @@ enum Command {
     /// Start a computer-use run (`run "<task>" --model <m> [--follow]`), or list, show,
     /// cancel, take over, hand back.
     Run(Box<runs::RunArgs>),
+    /// On a node of a Docker Swarm that runs sandboxes (`--backend swarm`): remove, now and
+    /// every interval, the volumes this node's finished sandboxes left. Runs until stopped;
+    /// `compose.swarm.yaml` runs it on every node.
+    SweepNode {
+        /// Seconds between sweeps.
+        #[arg(long, env = "AGENTBOX_SWEEP_INTERVAL_SECS", default_value_t = 60)]
+        interval_secs: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -200,9 +208,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         crate::serve(settings, signals).await?;
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::SweepNode { interval_secs } = command {
+        let mut signals = agentbox_http::signals::TerminationSignals::install()
+            .context("listening for termination signals")?;
+        agentbox_http::logging::init(agentbox_http::logging::LogFormat::Json, "info,bollard=warn");
+        let stop = async move {
+            signals.recv().await;
+        };
+        crate::backend::swarm::sweep_node_forever(Duration::from_secs(interval_secs.max(1)), stop)
+            .await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let client = Client::new(&url, api_key)?;
     match command {
-        Command::Serve(_) => unreachable!("handled above"),
+        Command::Serve(_) | Command::SweepNode { .. } => unreachable!("handled above"),
         Command::Sandbox(command) => sandbox(&client, command).await,
         Command::Token { id, scope, ttl } => {
             let request = CreateTokenRequest {

@@ -94,9 +94,6 @@ pub struct Settings {
     /// (`SANDBOXD_RUN_AS`; the Swarm backend's way to read a key file only root may read, see
     /// `privileges`). Unset: sandboxd stays who it was started as.
     pub run_as: Option<String>,
-    /// Folders given to `run_as` before sandboxd becomes it (`SANDBOXD_CHOWN`, absolute paths
-    /// separated by `:`; only with `SANDBOXD_RUN_AS`): mounts the platform made root's.
-    pub chown: Vec<PathBuf>,
     /// Python and JavaScript code behind `/v1/jupyter/*`, `/v1/nodejs/*` and `/v1/code/*`.
     pub code: CodeSettings,
     /// The ffmpeg that records the display and pages (`SANDBOXD_FFMPEG`, default `ffmpeg` on
@@ -327,25 +324,6 @@ impl Settings {
                 });
             }
         };
-        let chown: Vec<PathBuf> = match get("SANDBOXD_CHOWN") {
-            None => Vec::new(),
-            Some(text) => {
-                let paths: Vec<PathBuf> = text
-                    .split(':')
-                    .filter(|p| !p.is_empty())
-                    .map(PathBuf::from)
-                    .collect();
-                if run_as.is_none() || paths.iter().any(|p| !p.is_absolute()) {
-                    return Err(SettingsError {
-                        name: "SANDBOXD_CHOWN",
-                        message: "takes absolute paths separated by `:`, and only with \
-                                  SANDBOXD_RUN_AS"
-                            .into(),
-                    });
-                }
-                paths
-            }
-        };
         let (api_key, key_source) = match get("SANDBOX_API_KEY_FILE") {
             Some(path) => (
                 Some(read_key_file(&path, run_as.as_deref())?),
@@ -444,7 +422,6 @@ impl Settings {
                 .into(),
             shutdown_hooks: get(crate::hooks::ENV_VAR),
             run_as,
-            chown,
             shell_zygote: match get("SANDBOXD_SHELL_ZYGOTE") {
                 None => true,
                 Some(text) => parse_bool(&text).ok_or_else(|| SettingsError {

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     };
     // Root only long enough to read the key: from here on the agent's user, with no way back.
     if let Some(user) = &settings.run_as
-        && let Err(error) = sandboxd::privileges::become_user(user, &settings.chown)
+        && let Err(error) = sandboxd::privileges::become_user(user)
     {
         eprintln!("sandboxd: {error}");
         return ExitCode::from(2);

@@ -23,21 +23,14 @@ pub enum PrivilegeError {
         step: &'static str,
         source: nix::Error,
     },
-    #[error("SANDBOXD_CHOWN: giving {path} to {user:?}: {source}")]
-    Chown {
-        path: String,
-        user: String,
-        source: nix::Error,
-    },
     #[error("SANDBOXD_RUN_AS: still user {uid} after switching to {user:?}")]
     StillPrivileged { user: String, uid: u32 },
 }
 
 /// Becomes `user` (its user and group ids, its group alone as supplementary group) when running
-/// as root, after giving it the folders `chown` (mounts the platform made root's); as anyone
-/// else, checks that it already is that user. Sets `no_new_privs` either way. Call it before
-/// any other thread exists: the ids are changed for the calling thread first.
-pub fn become_user(user: &str, chown: &[std::path::PathBuf]) -> Result<(), PrivilegeError> {
+/// as root; as anyone else, checks that it already is that user. Sets `no_new_privs` either way.
+/// Call it before any other thread exists: the ids are changed for the calling thread first.
+pub fn become_user(user: &str) -> Result<(), PrivilegeError> {
     let entry = User::from_name(user)
         .map_err(|source| PrivilegeError::Lookup {
             user: user.to_string(),
@@ -45,15 +38,6 @@ pub fn become_user(user: &str, chown: &[std::path::PathBuf]) -> Result<(), Privi
         })?
         .ok_or_else(|| PrivilegeError::NoSuchUser(user.to_string()))?;
     if Uid::effective().is_root() {
-        for path in chown {
-            nix::unistd::chown(path, Some(entry.uid), Some(entry.gid)).map_err(|source| {
-                PrivilegeError::Chown {
-                    path: path.display().to_string(),
-                    user: user.to_string(),
-                    source,
-                }
-            })?;
-        }
         let switch = |step| move |source| PrivilegeError::Switch { step, source };
         nix::unistd::setgroups(&[entry.gid]).map_err(switch("setting the groups"))?;
         nix::unistd::setresgid(entry.gid, entry.gid, entry.gid)
@@ -94,7 +78,7 @@ mod tests {
 
     #[test]
     fn an_unknown_user_is_refused_by_name() {
-        let error = become_user("no-such-user-here", &[]).unwrap_err();
+        let error = become_user("no-such-user-here").unwrap_err();
         assert!(error.to_string().contains("no-such-user-here"), "{error}");
     }
 

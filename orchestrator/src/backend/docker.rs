@@ -279,7 +279,7 @@ impl DockerBackend {
 /// The places `agent` can write in the sandbox image, each a tmpfs of bounded size (MiB) and
 /// inode count, owned by `agent` (uid 1000). The home directory starts empty: sandboxd puts the
 /// shell's dotfiles and the workspace folder back (`sandboxd::home`).
-fn writable_mounts(disk_mib: u64) -> HashMap<String, String> {
+pub(super) fn writable_mounts(disk_mib: u64) -> HashMap<String, String> {
     let tmpfs = |size_mib: u64, mode: &str| {
         // About one inode per 4 KiB: a tree of small files (node_modules, a Python package)
         // runs out of space before it runs out of inodes, and inodes are memory too.

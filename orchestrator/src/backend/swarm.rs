@@ -12,10 +12,10 @@
 //!
 //! **The key** travels as a Swarm secret made for that sandbox alone and removed with its
 //! service. Swarm mounts it as a file that cannot be deleted, so the file is root's and
-//! readable by root alone; sandboxd starts as root with no capability but `SETUID`, `SETGID` and
-//! `CHOWN`, reads the key, gives the writable folders to `agent` and becomes `agent` for good
-//! (`SANDBOXD_RUN_AS`, sandboxd's `privileges`), with `no_new_privs` set for everything it
-//! starts. No process left in the sandbox can read the key file.
+//! readable by root alone; sandboxd starts as root with no capability but `SETUID` and
+//! `SETGID`, reads the key and becomes `agent` for good (`SANDBOXD_RUN_AS`, sandboxd's
+//! `privileges`), with `no_new_privs` set for everything it starts. No process left in the
+//! sandbox can read the key file.
 //!
 //! **The network** is an overlay made `internal` (no gateway: sandboxes reach neither the
 //! nodes, the host, nor the internet) and `attachable` (the orchestrator's own container joins
@@ -24,8 +24,8 @@
 //! sandbox, the sandboxes of one cluster share it: one sandbox can open a connection to
 //! another's sandboxd, which answers nothing without that sandbox's key (SECURITY.md).
 //!
-//! **Disk:** the writable places are size-limited tmpfs mounts, as with Docker (Swarm's tmpfs
-//! mounts take a size and a mode, not an owner or an inode count: sandboxd chowns them).
+//! **Disk:** the writable places are the Docker backend's size-limited tmpfs mounts, with the
+//! same owners and inode bounds, each a task-scoped volume of the local driver ([`writable_mounts`]).
 //!
 //! **Addresses** come from the overlay's verbose inspection on the orchestrator's engine (the
 //! cluster's endpoint table, one call for every sandbox); a task is `running` when Swarm says
@@ -42,11 +42,12 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::models::{
     EndpointSpec, EndpointSpecModeEnum, Limit, Mount, MountTmpfsOptions, MountType,
-    NetworkAttachmentConfig, NetworkCreateRequest, NodeState, ResourceObject, SecretSpec,
-    ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec,
-    TaskSpecContainerSpecFile, TaskSpecContainerSpecSecrets, TaskSpecPlacement,
-    TaskSpecPlacementPreferences, TaskSpecPlacementSpread, TaskSpecResources,
-    TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+    MountVolumeOptions, MountVolumeOptionsDriverConfig, NetworkAttachmentConfig,
+    NetworkCreateRequest, NodeState, ResourceObject, SecretSpec, ServiceSpec, ServiceSpecMode,
+    ServiceSpecModeReplicated, TaskSpec, TaskSpecContainerSpec, TaskSpecContainerSpecFile,
+    TaskSpecContainerSpecSecrets, TaskSpecPlacement, TaskSpecPlacementPreferences,
+    TaskSpecPlacementSpread, TaskSpecResources, TaskSpecRestartPolicy,
+    TaskSpecRestartPolicyConditionEnum, TaskState,
 };
 use bollard::query_parameters::{
     InspectNetworkOptionsBuilder, ListNodesOptions, ListSecretsOptionsBuilder,
@@ -178,7 +179,6 @@ impl SwarmBackend {
             "SANDBOX_API_KEY_FILE=/run/secrets/{KEY_SECRET_FILE}"
         ));
         env.push("SANDBOXD_RUN_AS=agent".to_string());
-        env.push(format!("SANDBOXD_CHOWN={}", owned_by_agent().join(":")));
         let labels = self.labels(&spec.sandbox_id);
         let placement = &spec.placement;
         ServiceSpec {
@@ -190,11 +190,7 @@ impl SwarmBackend {
                     env: Some(env),
                     user: Some("0".to_string()),
                     capability_drop: Some(vec!["ALL".to_string()]),
-                    capability_add: Some(
-                        ["CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"]
-                            .map(String::from)
-                            .to_vec(),
-                    ),
+                    capability_add: Some(["CAP_SETUID", "CAP_SETGID"].map(String::from).to_vec()),
                     init: Some(false),
                     mounts: Some(writable_mounts(limits.disk_mib, limits.shm_mib)),
                     secrets: Some(vec![TaskSpecContainerSpecSecrets {
@@ -477,34 +473,107 @@ impl SwarmBackend {
     }
 }
 
-/// The writable places of the sandbox image, each a size-limited tmpfs (as with the Docker
-/// backend: see `docker::writable_mounts`), and the shared-memory mount.
+/// The writable places of the sandbox image, with the Docker backend's sizes, owners and inode
+/// bounds ([`super::docker::writable_mounts`]), and the shared-memory mount. Each is a volume
+/// of the local driver of type tmpfs, made for the task and removed with it: a Swarm mount of
+/// type tmpfs takes no owner, no inode bound, and is always `noexec` on the engines this runs
+/// on, and an agent runs scripts from its home.
 fn writable_mounts(disk_mib: u64, shm_mib: u64) -> Vec<Mount> {
-    let tmpfs = |target: &str, size_mib: u64, mode: i64| Mount {
-        target: Some(target.to_string()),
+    let mut mounts: Vec<Mount> = super::docker::writable_mounts(disk_mib)
+        .into_iter()
+        .map(|(target, options)| Mount {
+            target: Some(target),
+            typ: Some(MountType::VOLUME),
+            volume_options: Some(MountVolumeOptions {
+                no_copy: Some(true),
+                labels: Some(HashMap::from([(
+                    LABEL_MANAGED.to_string(),
+                    "true".to_string(),
+                )])),
+                driver_config: Some(MountVolumeOptionsDriverConfig {
+                    name: Some("local".to_string()),
+                    options: Some(HashMap::from([
+                        ("type".to_string(), "tmpfs".to_string()),
+                        ("device".to_string(), "tmpfs".to_string()),
+                        (
+                            "o".to_string(),
+                            options.trim_start_matches("rw,").to_string(),
+                        ),
+                    ])),
+                }),
+                subpath: None,
+            }),
+            ..Default::default()
+        })
+        .collect();
+    mounts.sort_by(|a, b| a.target.cmp(&b.target));
+    mounts.push(Mount {
+        target: Some("/dev/shm".to_string()),
         typ: Some(MountType::TMPFS),
         tmpfs_options: Some(MountTmpfsOptions {
-            size_bytes: Some((size_mib * 1024 * 1024) as i64),
-            mode: Some(mode),
+            size_bytes: Some((shm_mib * 1024 * 1024) as i64),
+            mode: Some(0o1777),
             options: None,
         }),
         ..Default::default()
-    };
-    vec![
-        tmpfs("/home/agent", disk_mib, 0o755),
-        tmpfs("/tmp", (disk_mib / 4).max(64), 0o1777),
-        tmpfs("/var/tmp", 64, 0o1777),
-        tmpfs("/var/log/agentbox", 256, 0o755),
-        tmpfs("/run/sandboxd", 4, 0o700),
-        tmpfs("/run/lock", 1, 0o1777),
-        tmpfs("/dev/shm", shm_mib, 0o1777),
-    ]
+    });
+    mounts
 }
 
-/// The mounts sandboxd gives to `agent` before it becomes `agent` (`SANDBOXD_CHOWN`): Swarm
-/// makes them root's.
-fn owned_by_agent() -> Vec<&'static str> {
-    vec!["/home/agent", "/var/log/agentbox", "/run/sandboxd"]
+/// Removes, now and every `interval` until `stop` resolves, the volumes the Swarm backend's
+/// sandboxes left on this node (`orchestrator sweep-node`, run on every node as a global
+/// service: `compose.swarm.yaml`). Swarm removes a finished task's container but keeps the
+/// volumes its mounts made ([`writable_mounts`]); only unused volumes labelled
+/// [`LABEL_MANAGED`] are removed, so a running sandbox's are never touched.
+pub async fn sweep_node_forever(
+    interval: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), BackendError> {
+    let docker = Docker::connect_with_defaults()
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?
+        .negotiate_version()
+        .await
+        .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+    // Unused (`dangling`) volumes with the label, removed one by one: the engine's own prune
+    // leaves volumes made with driver options (Docker 20.10), and a volume in use is refused.
+    let filters = HashMap::from([
+        ("label".to_string(), vec![format!("{LABEL_MANAGED}=true")]),
+        ("dangling".to_string(), vec!["true".to_string()]),
+    ]);
+    tokio::pin!(stop);
+    loop {
+        let options = bollard::query_parameters::ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        match docker.list_volumes(Some(options)).await {
+            Ok(listed) => {
+                let mut removed = 0;
+                for volume in listed.volumes.unwrap_or_default() {
+                    match docker
+                        .remove_volume(
+                            &volume.name,
+                            None::<bollard::query_parameters::RemoveVolumeOptions>,
+                        )
+                        .await
+                    {
+                        Ok(()) => removed += 1,
+                        Err(e) if is_not_found(&e) => {}
+                        Err(error) => {
+                            tracing::debug!(volume = %volume.name, %error, "volume kept")
+                        }
+                    }
+                }
+                if removed > 0 {
+                    tracing::info!(removed, "removed the volumes of finished sandboxes");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "listing finished sandboxes' volumes failed"),
+        }
+        tokio::select! {
+            () = &mut stop => return Ok(()),
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
 }
 
 /// Task id -> address, from a verbose network inspection's `Services` table:
@@ -862,23 +931,40 @@ mod tests {
     fn every_writable_place_is_a_bounded_tmpfs() {
         let mounts = writable_mounts(2048, 256);
         for mount in &mounts {
-            assert_eq!(mount.typ, Some(MountType::TMPFS));
-            let size = mount.tmpfs_options.as_ref().and_then(|o| o.size_bytes);
-            assert!(size.is_some_and(|s| s > 0), "{mount:?}");
+            match mount.typ {
+                Some(MountType::VOLUME) => {
+                    let options = mount
+                        .volume_options
+                        .as_ref()
+                        .and_then(|v| v.driver_config.as_ref())
+                        .and_then(|d| d.options.as_ref())
+                        .unwrap();
+                    assert_eq!(options["type"], "tmpfs", "{mount:?}");
+                    for part in ["size=", "nr_inodes=", "uid=1000", "nosuid", "nodev"] {
+                        assert!(options["o"].contains(part), "{mount:?}");
+                    }
+                    assert!(!options["o"].contains("noexec"), "{mount:?}");
+                }
+                Some(MountType::TMPFS) => {
+                    assert_eq!(mount.target.as_deref(), Some("/dev/shm"));
+                }
+                _ => panic!("{mount:?}"),
+            }
         }
         let home = mounts
             .iter()
             .find(|m| m.target.as_deref() == Some("/home/agent"))
             .unwrap();
-        assert_eq!(
-            home.tmpfs_options.as_ref().unwrap().size_bytes,
-            Some(2048 * 1024 * 1024)
-        );
-        for path in owned_by_agent() {
-            assert!(
-                mounts.iter().any(|m| m.target.as_deref() == Some(path)),
-                "{path} is handed to agent but not mounted"
-            );
-        }
+        let o = &home
+            .volume_options
+            .as_ref()
+            .unwrap()
+            .driver_config
+            .as_ref()
+            .unwrap()
+            .options
+            .as_ref()
+            .unwrap()["o"];
+        assert!(o.contains("size=2048m"), "{o}");
     }
 }

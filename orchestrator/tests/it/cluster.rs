@@ -39,6 +39,8 @@ impl Cluster {
             .env("AGENTBOX_CLUSTER_SKIP_BUILD", "1")
             .env("AGENTBOX_CACHE", cache)
             .env("AGENTBOX_HEARTBEAT_SECS", "2")
+            .env("AGENTBOX_SWEEP_INTERVAL_SECS", "3")
+            .env("AGENTBOX_SWEEP_INTERVAL_SECS", "3")
             .env("AGENTBOX_SANDBOX_MEMORY_MIB", "1024")
             .output()
     }
@@ -384,33 +386,21 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let services = Cluster::on_node(
-            1,
-            &[
-                "service",
-                "ls",
-                "-q",
-                "--filter",
-                "label=agentbox.managed=true",
-            ],
-        )?;
-        let secrets = Cluster::on_node(
-            1,
-            &[
-                "secret",
-                "ls",
-                "-q",
-                "--filter",
-                "label=agentbox.managed=true",
-            ],
-        )?;
-        // The lost sandbox's service stays until the reaper's retention ends it.
-        if services.lines().count() <= 1 && secrets.lines().count() <= 1 {
+        let managed = "label=agentbox.managed=true";
+        let services = Cluster::on_node(1, &["service", "ls", "-q", "--filter", managed])?;
+        let secrets = Cluster::on_node(1, &["secret", "ls", "-q", "--filter", managed])?;
+        // The sweeper on each node removes what Swarm leaves of a finished task (its volumes).
+        let mut volumes = String::new();
+        for n in 1..=3 {
+            volumes += &Cluster::on_node(n, &["volume", "ls", "-q", "--filter", managed])?;
+        }
+        if services.is_empty() && secrets.is_empty() && volumes.is_empty() {
             break;
         }
         ensure!(
             Instant::now() < deadline,
-            "left after the deletes: services {services:?}, secrets {secrets:?}"
+            "left after the deletes: services {services:?}, secrets {secrets:?}, volumes \
+             {volumes:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
