@@ -16,6 +16,7 @@
 pub mod a2a;
 pub mod assets;
 pub mod callers;
+pub mod cluster;
 pub mod console;
 pub mod credentials;
 pub mod error;
@@ -141,6 +142,7 @@ fn keyed_routes() -> OpenApiRouter<AppState> {
         .merge(credentials::routes())
         .merge(tokens::routes())
         .merge(keys::routes())
+        .merge(cluster::routes())
 }
 
 /// The generated OpenAPI document.

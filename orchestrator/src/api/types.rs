@@ -79,6 +79,44 @@ pub struct SandboxPlacement {
     pub preferences: Vec<String>,
 }
 
+/// `GET /v1/cluster`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Cluster {
+    /// `docker` or `swarm` (`serve --backend`).
+    pub backend: String,
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One machine sandboxes run on.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterNode {
+    pub id: String,
+    /// Its host name.
+    pub name: String,
+    /// `manager` or `worker` (Swarm); `engine` (the `docker` backend's one engine).
+    pub role: String,
+    /// `ready`, `down`, `disconnected` or `unknown`: sandboxes on a node that is not `ready`
+    /// are marked `lost`.
+    pub state: String,
+    /// `active`, `pause` or `drain`: whether new sandboxes may be placed there.
+    pub availability: String,
+    /// The node's labels, which `placement` names.
+    pub labels: BTreeMap<String, String>,
+    pub cpus: f64,
+    pub memory_mib: i64,
+    /// What this orchestrator's sandboxes reserve there; `null` where nothing is reserved
+    /// (the `docker` backend: each sandbox's limits cap it, nothing is set aside).
+    pub reserved_cpus: Option<f64>,
+    pub reserved_memory_mib: Option<i64>,
+    /// What is left for new sandboxes (`null` as above).
+    pub free_cpus: Option<f64>,
+    pub free_memory_mib: Option<i64>,
+    /// Sandboxes on it (warm-pool members apart).
+    pub sandboxes: Vec<String>,
+    /// Warm-pool members on it.
+    pub pool_members: usize,
+}
+
 /// Where to reach a sandbox through the orchestrator.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SandboxUrls {

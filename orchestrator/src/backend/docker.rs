@@ -487,6 +487,42 @@ impl Backend for DockerBackend {
         }))
     }
 
+    async fn nodes(&self) -> Result<Vec<super::NodeInfo>, BackendError> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        let containers = self
+            .list()
+            .await?
+            .into_iter()
+            .filter(|c| c.running)
+            .map(|c| c.container_id)
+            .collect();
+        Ok(vec![super::NodeInfo {
+            id: info.id.unwrap_or_default(),
+            name: info.name.unwrap_or_default(),
+            role: "engine".to_string(),
+            state: "ready".to_string(),
+            availability: "active".to_string(),
+            labels: info
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|l| {
+                    l.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                })
+                .collect(),
+            nano_cpus: info.ncpu.unwrap_or(0) * 1_000_000_000,
+            memory_bytes: info.mem_total.unwrap_or(0),
+            reserved_nano_cpus: None,
+            reserved_memory_bytes: None,
+            containers,
+        }])
+    }
+
     async fn logs_tail(&self, container_id: &str, lines: usize) -> Result<String, BackendError> {
         let options = LogsOptionsBuilder::default()
             .stdout(true)

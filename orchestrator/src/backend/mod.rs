@@ -84,6 +84,29 @@ impl Placement {
     }
 }
 
+/// One machine sandboxes run on, as the platform sees it (`GET /v1/cluster`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeInfo {
+    pub id: String,
+    pub name: String,
+    /// `manager` or `worker` on a Swarm; `engine` for the Docker backend's one engine.
+    pub role: String,
+    /// `ready`, `down`, `unknown`, `disconnected`.
+    pub state: String,
+    /// `active`, `pause` or `drain` (whether the scheduler places new tasks there).
+    pub availability: String,
+    pub labels: BTreeMap<String, String>,
+    /// What the machine has: CPUs in billionths, memory in bytes.
+    pub nano_cpus: i64,
+    pub memory_bytes: i64,
+    /// What this orchestrator's sandboxes reserve there; `None` where the backend reserves
+    /// nothing (the Docker backend: limits cap each sandbox, nothing is set aside).
+    pub reserved_nano_cpus: Option<i64>,
+    pub reserved_memory_bytes: Option<i64>,
+    /// This orchestrator's running containers there (the ids [`Started::container_id`] gave).
+    pub containers: Vec<String>,
+}
+
 /// A container that was created and started.
 #[derive(Debug, Clone)]
 pub struct Started {
@@ -185,6 +208,8 @@ pub trait Backend: Send + Sync {
     async fn lost_reason(&self, _container_id: &str) -> Option<String> {
         None
     }
+    /// The machines sandboxes run on, with what this orchestrator's containers take on each.
+    async fn nodes(&self) -> Result<Vec<NodeInfo>, BackendError>;
     /// The last lines of a container's output (for failure reports).
     async fn logs_tail(&self, container_id: &str, lines: usize) -> Result<String, BackendError>;
     /// Removes what this instance's containers left behind when they went away without it (a

@@ -832,6 +832,91 @@ impl Backend for SwarmBackend {
         }
     }
 
+    async fn nodes(&self) -> Result<Vec<super::NodeInfo>, BackendError> {
+        let unavailable = |e: bollard::errors::Error| BackendError::Unavailable(e.to_string());
+        let nodes = self
+            .docker
+            .list_nodes(None::<ListNodesOptions>)
+            .await
+            .map_err(unavailable)?;
+        let filters = self.label_filters();
+        let services = self
+            .docker
+            .list_services(Some(
+                ListServicesOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(unavailable)?;
+        let ids: Vec<String> = services.iter().filter_map(|s| s.id.clone()).collect();
+        // Reservations are what the scheduler counts: every service's current task that is
+        // meant to run, on the node it was given.
+        let filters = HashMap::from([
+            ("service".to_string(), ids.clone()),
+            ("desired-state".to_string(), vec!["running".to_string()]),
+        ]);
+        let tasks = if ids.is_empty() {
+            Vec::new()
+        } else {
+            self.docker
+                .list_tasks(Some(
+                    ListTasksOptionsBuilder::default().filters(&filters).build(),
+                ))
+                .await
+                .map_err(unavailable)?
+        };
+        Ok(nodes
+            .into_iter()
+            .filter_map(|node| {
+                let id = node.id?;
+                let spec = node.spec.unwrap_or_default();
+                let description = node.description.unwrap_or_default();
+                let resources = description.resources.unwrap_or_default();
+                let mut info = super::NodeInfo {
+                    name: description.hostname.unwrap_or_else(|| id.clone()),
+                    role: spec.role.map_or("unknown".to_string(), |r| r.to_string()),
+                    state: node
+                        .status
+                        .and_then(|s| s.state)
+                        .map_or("unknown".to_string(), |s| s.to_string()),
+                    availability: spec
+                        .availability
+                        .map_or("unknown".to_string(), |a| a.to_string()),
+                    labels: spec.labels.unwrap_or_default().into_iter().collect(),
+                    nano_cpus: resources.nano_cpus.unwrap_or(0),
+                    memory_bytes: resources.memory_bytes.unwrap_or(0),
+                    reserved_nano_cpus: Some(0),
+                    reserved_memory_bytes: Some(0),
+                    containers: Vec::new(),
+                    id,
+                };
+                for task in tasks
+                    .iter()
+                    .filter(|t| t.node_id.as_ref() == Some(&info.id))
+                {
+                    let reserved = task
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.resources.as_ref())
+                        .and_then(|r| r.reservations.as_ref());
+                    info.reserved_nano_cpus = Some(
+                        info.reserved_nano_cpus.unwrap_or(0)
+                            + reserved.and_then(|r| r.nano_cpus).unwrap_or(0),
+                    );
+                    info.reserved_memory_bytes = Some(
+                        info.reserved_memory_bytes.unwrap_or(0)
+                            + reserved.and_then(|r| r.memory_bytes).unwrap_or(0),
+                    );
+                    if let Some(service) = &task.service_id {
+                        info.containers.push(service.clone());
+                    }
+                }
+                Some(info)
+            })
+            .collect())
+    }
+
     async fn logs_tail(&self, service_id: &str, lines: usize) -> Result<String, BackendError> {
         let options = LogsOptionsBuilder::default()
             .stdout(true)

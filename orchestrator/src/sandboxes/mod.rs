@@ -22,6 +22,7 @@
 //! does ([`crate::sessions`]).
 
 pub mod activity;
+pub mod cluster;
 pub mod hibernate;
 pub mod pause;
 pub mod pool;

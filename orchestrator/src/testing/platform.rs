@@ -494,6 +494,30 @@ impl Backend for FakePlatform {
             .collect())
     }
 
+    /// One machine, like the Docker backend's engine: 2 CPUs, 4 GiB, nothing reserved.
+    async fn nodes(&self) -> Result<Vec<crate::backend::NodeInfo>, BackendError> {
+        let containers = self
+            .state()
+            .containers
+            .values()
+            .filter(|c| c.instance == self.instance)
+            .map(Self::info)
+            .filter(|c| c.running)
+            .map(|c| c.container_id)
+            .collect();
+        Ok(vec![crate::backend::NodeInfo {
+            id: "fake-node".to_string(),
+            name: "fake".to_string(),
+            role: "engine".to_string(),
+            state: "ready".to_string(),
+            availability: "active".to_string(),
+            nano_cpus: 2_000_000_000,
+            memory_bytes: 4 << 30,
+            containers,
+            ..Default::default()
+        }])
+    }
+
     async fn inspect(&self, container_id: &str) -> Result<Option<ContainerInfo>, BackendError> {
         self.step(Step::Inspect)
             .await

@@ -209,6 +209,39 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
         assert_eq!(who, "1000\n/home/agent\nok", "sandbox {id}");
     }
 
+    // The cluster's view: three ready nodes, each with its pinned sandbox and its reservation.
+    let (status, view) = cluster.call(Method::GET, "/v1/cluster", None).await?;
+    ensure!(status == 200, "GET /v1/cluster: {status} {view}");
+    assert_eq!(view["backend"], "swarm", "{view}");
+    let nodes = view["nodes"].as_array().context("nodes")?;
+    assert_eq!(nodes.len(), 3, "{view}");
+    for (zone, id) in pinned.iter().enumerate() {
+        let name = node(zone + 1);
+        let entry = nodes
+            .iter()
+            .find(|n| n["name"] == name.as_str())
+            .with_context(|| format!("{name} in {view}"))?;
+        assert_eq!(entry["state"], "ready", "{entry}");
+        assert_eq!(
+            entry["labels"]["agentbox.zone"],
+            (zone + 1).to_string(),
+            "{entry}"
+        );
+        assert!(
+            entry["sandboxes"]
+                .as_array()
+                .context("sandboxes")?
+                .iter()
+                .any(|s| s == id.as_str()),
+            "{id} on {name}: {entry}"
+        );
+        assert!(
+            entry["reserved_memory_mib"].as_i64().unwrap_or(0) >= 1024,
+            "{entry}"
+        );
+        assert!(entry["free_memory_mib"].as_i64().is_some(), "{entry}");
+    }
+
     // The key's secret file is there and unreadable to the agent; the agent cannot regain root.
     let attempt = cluster
         .shell(
@@ -341,6 +374,15 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
     for id in &pinned[..2] {
         assert_eq!(cluster.shell(id, "echo alive").await?, "alive");
     }
+    let (_, view) = cluster.call(Method::GET, "/v1/cluster", None).await?;
+    let down = view["nodes"]
+        .as_array()
+        .context("nodes")?
+        .iter()
+        .find(|n| n["name"] == node(3).as_str())
+        .context("node 3")?
+        .clone();
+    assert_eq!(down["state"], "down", "{down}");
     let (status, answer) = cluster
         .call(
             Method::POST,

@@ -279,3 +279,31 @@ async fn a_locked_database_answers_503_with_retry_after_and_changes_nothing() {
         1
     );
 }
+
+/// `GET /v1/cluster`: the admin key sees the backend's machines; a tenant's key is refused.
+#[tokio::test]
+async fn the_cluster_view_is_for_admin_keys_only() {
+    let fixture = app().await;
+    let answer = send(&fixture.app, Call::get("/v1/cluster").bearer(ADMIN_KEY)).await;
+    assert_eq!(answer.status, StatusCode::OK, "{:?}", answer.body);
+    let cluster = answer.json();
+    assert_eq!(cluster["backend"], "docker");
+    assert_eq!(cluster["nodes"][0]["state"], "ready", "{cluster}");
+    assert!(
+        cluster["nodes"][0]["free_memory_mib"].is_null(),
+        "{cluster}"
+    );
+    assert_eq!(cluster["nodes"][0]["sandboxes"], serde_json::json!([]));
+
+    let created = send(
+        &fixture.app,
+        Call::post("/v1/keys")
+            .bearer(ADMIN_KEY)
+            .json(&serde_json::json!({"name": "tenant"})),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+    let tenant = created.json()["key"].as_str().expect("key").to_string();
+    let answer = send(&fixture.app, Call::get("/v1/cluster").bearer(&tenant)).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN, "{:?}", answer.body);
+}

@@ -51,6 +51,16 @@ impl Backend for NoContainers {
     async fn logs_tail(&self, _: &str, _: usize) -> Result<String, BackendError> {
         Ok(String::new())
     }
+    async fn nodes(&self) -> Result<Vec<orchestrator::backend::NodeInfo>, BackendError> {
+        Ok(vec![orchestrator::backend::NodeInfo {
+            id: "in-process".into(),
+            name: "in-process".into(),
+            role: "engine".into(),
+            state: "ready".into(),
+            availability: "active".into(),
+            ..Default::default()
+        }])
+    }
 }
 
 #[derive(Parser)]
