@@ -143,6 +143,39 @@ impl Cluster {
         Ok(answer)
     }
 
+    /// Waits (90 s at most) until sandbox `id` is `lost`; its record.
+    async fn wait_lost(&self, id: &str) -> anyhow::Result<Value> {
+        let started = Instant::now();
+        loop {
+            let record = self.status(id).await?;
+            if record["status"] == "lost" {
+                return Ok(record);
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(90),
+                "sandbox {id} not lost after 90 s: {record}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Waits (120 s at most) until the manager sees node `n` ready.
+    async fn wait_ready(n: usize) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            let state =
+                Self::on_node(1, &["node", "inspect", "-f", "{{.Status.State}}", &node(n)])?;
+            if state == "ready" {
+                return Ok(());
+            }
+            ensure!(
+                started.elapsed() < Duration::from_secs(120),
+                "node {n} not ready again: {state}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// `docker` on node `n`'s engine.
     fn on_node(n: usize, args: &[&str]) -> anyhow::Result<String> {
         let name = node(n);
@@ -351,17 +384,7 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
     let lost = pinned[2].clone();
     let stopped = Instant::now();
     docker(&["stop", "-t", "1", &node(3)])?;
-    let record = loop {
-        let record = cluster.status(&lost).await?;
-        if record["status"] == "lost" {
-            break record;
-        }
-        ensure!(
-            stopped.elapsed() < Duration::from_secs(90),
-            "sandbox {lost} not lost after 90 s: {record}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let record = cluster.wait_lost(&lost).await?;
     let took = stopped.elapsed();
     eprintln!("node 3 stopped -> its sandbox lost in {took:?}");
     assert!(
@@ -397,18 +420,7 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
 
     // The node comes back: a sandbox can be placed on it again.
     docker(&["start", &node(3)])?;
-    let back = Instant::now();
-    loop {
-        let state = Cluster::on_node(1, &["node", "inspect", "-f", "{{.Status.State}}", &node(3)])?;
-        if state == "ready" {
-            break;
-        }
-        ensure!(
-            back.elapsed() < Duration::from_secs(120),
-            "node 3 not ready again: {state}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    Cluster::wait_ready(3).await?;
     let (status, again) = cluster
         .create(json!({ "placement": { "constraints": ["node.labels.agentbox.zone==3"] } }))
         .await?;
@@ -419,8 +431,46 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
     let again = again["id"].as_str().context("id")?.to_string();
     assert_eq!(cluster.shell(&again, "echo back").await?, "back");
 
+    // Node 2 is cut off from the others and comes back: its sandbox is lost, and once the node
+    // is back nothing of it is left running there (its service was removed meanwhile).
+    let cut = pinned[1].clone();
+    let network = format!("{PREFIX}-net");
+    let ip = docker(&[
+        "inspect",
+        "-f",
+        &format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}"),
+        &node(2),
+    ])?;
+    docker(&["network", "disconnect", &network, &node(2)])?;
+    let cut_at = Instant::now();
+    let record = cluster.wait_lost(&cut).await?;
+    eprintln!(
+        "node 2 cut off -> its sandbox lost in {:?}",
+        cut_at.elapsed()
+    );
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&node(2)),
+        "{record}"
+    );
+    assert_eq!(cluster.shell(&pinned[0], "echo alive").await?, "alive");
+    assert_eq!(cluster.shell(&again, "echo alive").await?, "alive");
+    docker(&["network", "connect", "--ip", &ip, &network, &node(2)])?;
+    Cluster::wait_ready(2).await?;
+    let filter = format!("label=agentbox.sandbox_id={cut}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !Cluster::on_node(2, &["ps", "-q", "--filter", &filter])?.is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "the lost sandbox {cut} still runs on node 2 after it came back"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     // Deleting removes each service and its key's secret.
-    for id in pinned[..2].iter().chain([&free, &again]) {
+    for id in [&pinned[0], &free, &again] {
         let (status, answer) = cluster
             .call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
             .await?;
