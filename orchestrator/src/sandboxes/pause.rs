@@ -409,8 +409,22 @@ impl Sandboxes {
     }
 
     /// The heartbeat of a paused sandbox: its sandboxd cannot answer, so only its container is
-    /// looked at; one that is gone marks the sandbox lost.
+    /// looked at; one that is gone marks the sandbox lost. A sandbox whose transition is under
+    /// way (a resume that has thawed the container and waits for sandboxd's answer) is left to
+    /// that transition: seen from here, its thawed container looks unpaused behind the
+    /// lifecycle's back, and marking it resumed made the resume fail with a conflict (seen in
+    /// CI, the pause end-to-end test's `auto_resume` call).
     pub(crate) async fn check_paused(&self, record: &SandboxRecord) {
+        let lock = self.transition_lock(&record.id);
+        let Ok(_turn) = lock.try_lock() else {
+            return;
+        };
+        // What the reaper listed may be stale by now: only a sandbox still paused is checked.
+        let record = match self.store.sandbox(&record.id).await {
+            Ok(Some(now)) if now.status == SandboxStatus::Paused => now,
+            _ => return,
+        };
+        let record = &record;
         let gone = match &record.container_id {
             Some(container_id) => match self.backend.inspect(container_id).await {
                 Ok(Some(info)) if info.running && !info.paused => {

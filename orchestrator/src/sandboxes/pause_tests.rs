@@ -316,3 +316,31 @@ async fn a_container_frozen_or_thawed_behind_the_lifecycle_is_followed() {
     );
     h.assert_nothing_leaks().await;
 }
+
+/// The paused heartbeat leaves a sandbox whose transition is under way alone: a resume that has
+/// thawed the container and waits for sandboxd must not find the row marked resumed behind its
+/// back (it then failed with "changed state while it was resumed": CI, the pause e2e test).
+#[tokio::test]
+async fn the_paused_heartbeat_leaves_a_resume_under_way_alone() {
+    let h = Harness::new().await;
+    let sandbox = create(&h, CreateSpec::default()).await;
+    let id = sandbox.id.as_str();
+    h.sandboxes.pause(id, Some(OWNER)).await.unwrap();
+    let paused = h.row(id).await.unwrap();
+
+    // A resume holds the turn and has thawed the container; the heartbeat runs meanwhile.
+    let turn = h.sandboxes.transition_turn(id).await;
+    h.platform.set_paused(id, false);
+    h.sandboxes.check_paused(&paused).await;
+    assert_eq!(
+        h.row(id).await.unwrap().status,
+        SandboxStatus::Paused,
+        "the heartbeat took the resume's place"
+    );
+    drop(turn);
+
+    // Without a transition under way, a container thawed behind the lifecycle's back is
+    // still noticed.
+    h.sandboxes.check_paused(&paused).await;
+    assert_eq!(h.row(id).await.unwrap().status, SandboxStatus::Ready);
+}
