@@ -33,7 +33,6 @@ use bollard::query_parameters::{
     AttachContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
     RemoveContainerOptionsBuilder,
 };
-use futures_util::StreamExt;
 use ipnet::Ipv4Net;
 
 use super::egress::{EgressPolicy, EgressRules};
@@ -84,15 +83,7 @@ impl DockerBackend {
         egress: EgressPolicy,
         egress_allow: Vec<ipnet::Ipv4Net>,
     ) -> Result<Self, BackendError> {
-        let host = || match std::env::var("DOCKER_HOST") {
-            Ok(host) => format!("DOCKER_HOST={host}"),
-            Err(_) => "the local socket /var/run/docker.sock".to_string(),
-        };
-        let docker = Docker::connect_with_defaults()
-            .map_err(|e| BackendError::Unavailable(format!("{e} ({})", host())))?
-            .negotiate_version()
-            .await
-            .map_err(|e| BackendError::Unavailable(format!("{e} ({})", host())))?;
+        let docker = super::connect_engine().await?;
         let networks = SandboxNetworks::new(
             docker.clone(),
             network,
@@ -529,19 +520,11 @@ impl Backend for DockerBackend {
             .stderr(true)
             .tail(&lines.to_string())
             .build();
-        let mut stream = self.docker.logs(container_id, Some(options));
-        let mut out = String::new();
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(output) => out.push_str(&String::from_utf8_lossy(&output.into_bytes())),
-                Err(e) if is_not_found(&e) => break,
-                Err(e) => return Err(failed("reading the container's logs")(e)),
-            }
-            if out.len() > 64 * 1024 {
-                break;
-            }
-        }
-        Ok(out)
+        super::read_log_tail(
+            self.docker.logs(container_id, Some(options)),
+            "reading the container's logs",
+        )
+        .await
     }
 }
 

@@ -175,6 +175,49 @@ pub(crate) fn is_not_found(error: &bollard::errors::Error) -> bool {
     )
 }
 
+/// Connects to the engine named by `DOCKER_HOST` (`unix://` or `tcp://`; the local socket when
+/// unset) and negotiates the API version, so older engines (20.10 speaks 1.41) work. An
+/// unsupported `DOCKER_HOST` is an error naming it, not silently replaced by the local socket.
+pub async fn connect_engine() -> Result<bollard::Docker, BackendError> {
+    let host = || match std::env::var("DOCKER_HOST") {
+        Ok(host) => format!("DOCKER_HOST={host}"),
+        Err(_) => "the local socket /var/run/docker.sock".to_string(),
+    };
+    bollard::Docker::connect_with_defaults()
+        .map_err(|e| BackendError::Unavailable(format!("{e} ({})", host())))?
+        .negotiate_version()
+        .await
+        .map_err(|e| BackendError::Unavailable(format!("{e} ({})", host())))
+}
+
+/// The last output of a container or service, read from Docker's log stream and cut at 64 KiB
+/// (for failure reports); a container already gone ends the read.
+pub(crate) async fn read_log_tail(
+    mut stream: impl futures_util::Stream<
+        Item = Result<bollard::container::LogOutput, bollard::errors::Error>,
+    > + Unpin,
+    step: &'static str,
+) -> Result<String, BackendError> {
+    use futures_util::StreamExt;
+    let mut out = String::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(output) => out.push_str(&String::from_utf8_lossy(&output.into_bytes())),
+            Err(e) if is_not_found(&e) => break,
+            Err(e) => {
+                return Err(BackendError::Failed {
+                    step,
+                    message: e.to_string(),
+                });
+            }
+        }
+        if out.len() > 64 * 1024 {
+            break;
+        }
+    }
+    Ok(out)
+}
+
 /// What the lifecycle needs from a container platform.
 #[async_trait::async_trait]
 pub trait Backend: Send + Sync {

@@ -53,7 +53,6 @@ use bollard::query_parameters::{
     InspectNetworkOptionsBuilder, ListNodesOptions, ListSecretsOptionsBuilder,
     ListServicesOptionsBuilder, ListTasksOptionsBuilder, LogsOptionsBuilder,
 };
-use futures_util::StreamExt;
 
 use super::{
     Backend, BackendError, BackendFeatures, ContainerInfo, ContainerSpec, LABEL_INSTANCE,
@@ -130,13 +129,8 @@ impl SwarmBackend {
     /// Connects to the engine named by `DOCKER_HOST` (the local socket when unset), which must
     /// be a manager of a Swarm.
     pub async fn connect(settings: SwarmSettings, instance: &str) -> Result<Self, BackendError> {
-        let docker = Docker::connect_with_defaults()
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?
-            .negotiate_version()
-            .await
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
         Ok(Self {
-            docker,
+            docker: super::connect_engine().await?,
             settings,
             instance: instance.to_string(),
         })
@@ -162,6 +156,42 @@ impl SwarmBackend {
                 format!("{LABEL_INSTANCE}={}", self.instance),
             ],
         )])
+    }
+
+    /// One service, `None` when it does not exist (whoever's it is: callers check [`Self::ours`]).
+    async fn service(
+        &self,
+        service_id: &str,
+    ) -> Result<Option<bollard::models::Service>, BackendError> {
+        match self
+            .docker
+            .inspect_service(
+                service_id,
+                None::<bollard::query_parameters::InspectServiceOptions>,
+            )
+            .await
+        {
+            Ok(service) => Ok(Some(service)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(BackendError::Unavailable(e.to_string())),
+        }
+    }
+
+    /// This instance's sandbox services.
+    async fn our_services(&self) -> Result<Vec<bollard::models::Service>, BackendError> {
+        let filters = self.label_filters();
+        let options = ListServicesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let services = self
+            .docker
+            .list_services(Some(options))
+            .await
+            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        Ok(services
+            .into_iter()
+            .filter(|s| self.ours(s.spec.as_ref().and_then(|s| s.labels.as_ref())))
+            .collect())
     }
 
     /// The service's spec: see the module's documentation for each choice.
@@ -529,11 +559,7 @@ pub async fn sweep_node_forever(
     interval: Duration,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), BackendError> {
-    let docker = Docker::connect_with_defaults()
-        .map_err(|e| BackendError::Unavailable(e.to_string()))?
-        .negotiate_version()
-        .await
-        .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+    let docker = super::connect_engine().await?;
     // Unused (`dangling`) volumes with the label, removed one by one: the engine's own prune
     // leaves volumes made with driver options (Docker 20.10), and a volume in use is refused.
     let filters = HashMap::from([
@@ -706,17 +732,8 @@ impl Backend for SwarmBackend {
     }
 
     async fn remove(&self, service_id: &str) -> Result<(), BackendError> {
-        let service = match self
-            .docker
-            .inspect_service(
-                service_id,
-                None::<bollard::query_parameters::InspectServiceOptions>,
-            )
-            .await
-        {
-            Ok(service) => service,
-            Err(e) if is_not_found(&e) => return Ok(()),
-            Err(e) => return Err(BackendError::Unavailable(e.to_string())),
+        let Some(service) = self.service(service_id).await? else {
+            return Ok(());
         };
         let labels = service.spec.as_ref().and_then(|s| s.labels.as_ref());
         if !self.ours(labels) {
@@ -749,22 +766,13 @@ impl Backend for SwarmBackend {
     }
 
     async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError> {
-        let filters = self.label_filters();
-        let options = ListServicesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let services = self
-            .docker
-            .list_services(Some(options))
-            .await
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        let services = self.our_services().await?;
         let ids: Vec<String> = services.iter().filter_map(|s| s.id.clone()).collect();
         let tasks = self.tasks(&ids).await?;
         let nodes = self.ready_nodes().await?;
         let addresses = self.addresses().await?;
         Ok(services
             .into_iter()
-            .filter(|s| self.ours(s.spec.as_ref().and_then(|s| s.labels.as_ref())))
             .filter_map(|service| {
                 let id = service.id?;
                 let sandbox_id = service
@@ -783,17 +791,8 @@ impl Backend for SwarmBackend {
     }
 
     async fn inspect(&self, service_id: &str) -> Result<Option<ContainerInfo>, BackendError> {
-        let service = match self
-            .docker
-            .inspect_service(
-                service_id,
-                None::<bollard::query_parameters::InspectServiceOptions>,
-            )
-            .await
-        {
-            Ok(service) => service,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(e) => return Err(BackendError::Unavailable(e.to_string())),
+        let Some(service) = self.service(service_id).await? else {
+            return Ok(None);
         };
         let labels = service.spec.and_then(|s| s.labels);
         if !self.ours(labels.as_ref()) {
@@ -839,16 +838,7 @@ impl Backend for SwarmBackend {
             .list_nodes(None::<ListNodesOptions>)
             .await
             .map_err(unavailable)?;
-        let filters = self.label_filters();
-        let services = self
-            .docker
-            .list_services(Some(
-                ListServicesOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(unavailable)?;
+        let services = self.our_services().await?;
         let ids: Vec<String> = services.iter().filter_map(|s| s.id.clone()).collect();
         // Reservations are what the scheduler counts: every service's current task that is
         // meant to run, on the node it was given.
@@ -923,35 +913,18 @@ impl Backend for SwarmBackend {
             .stderr(true)
             .tail(&lines.to_string())
             .build();
-        let mut stream = self.docker.service_logs(service_id, Some(options));
-        let mut out = String::new();
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(output) => out.push_str(&String::from_utf8_lossy(&output.into_bytes())),
-                Err(e) if is_not_found(&e) => break,
-                Err(e) => return Err(failed("reading the service's logs")(e)),
-            }
-            if out.len() > 64 * 1024 {
-                break;
-            }
-        }
-        Ok(out)
+        super::read_log_tail(
+            self.docker.service_logs(service_id, Some(options)),
+            "reading the service's logs",
+        )
+        .await
     }
 
     /// Removes the services whose sandboxd ended by itself (its dead-man switch fired while
     /// the orchestrator was away: Swarm keeps a service whose one task completed) and the key
     /// secrets no service uses any more.
     async fn collect_garbage(&self) -> Result<(), BackendError> {
-        let filters = self.label_filters();
-        let services = self
-            .docker
-            .list_services(Some(
-                ListServicesOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+        let services = self.our_services().await?;
         let ids: Vec<String> = services.iter().filter_map(|s| s.id.clone()).collect();
         let tasks = self.tasks(&ids).await?;
         let mut in_use = std::collections::HashSet::new();
@@ -968,6 +941,7 @@ impl Backend for SwarmBackend {
                 in_use.extend(Self::secrets_of(service));
             }
         }
+        let filters = self.label_filters();
         let secrets = self
             .docker
             .list_secrets(Some(
