@@ -12,6 +12,7 @@ CLUSTER_PREFIX=${AGENTBOX_CLUSTER_PREFIX:-agentbox-node}
 CLUSTER_NETWORK=${AGENTBOX_CLUSTER_NETWORK:-$CLUSTER_PREFIX-net}
 CLUSTER_SUBNET=${AGENTBOX_CLUSTER_SUBNET:-10.213.0.0/24}
 CLUSTER_ENCRYPT=${AGENTBOX_CLUSTER_ENCRYPT:-false}
+CLUSTER_MANAGERS=${AGENTBOX_CLUSTER_MANAGERS:-1}
 CLUSTER_CAPS="SYS_ADMIN NET_ADMIN SYS_PTRACE SYS_TIME SYS_BOOT SYS_RAWIO IPC_LOCK IPC_OWNER LEASE
   LINUX_IMMUTABLE MAC_ADMIN MAC_OVERRIDE SYS_NICE SYS_PACCT SYSLOG WAKE_ALARM BLOCK_SUSPEND
   AUDIT_CONTROL AUDIT_READ DAC_READ_SEARCH NET_BROADCAST SYS_TTY_CONFIG"
@@ -65,19 +66,24 @@ cluster_start_nodes() {
   done
 }
 
-# Node 1 initialises the Swarm; the others join as managers (three managers keep a quorum when
-# one is lost).
+# Node 1 initialises the Swarm; the next AGENTBOX_CLUSTER_MANAGERS - 1 join as managers, the
+# rest as workers. One manager by default: losing or cutting off a worker then never touches
+# the managers' Raft. With three (AGENTBOX_CLUSTER_MANAGERS=3) the managers keep a quorum when
+# one is lost, but a lost or returning leader stalls every manager call for an election (about
+# ten seconds, answered "context deadline exceeded").
 cluster_form_swarm() {
-  local first="${CLUSTER_PREFIX}1" ip token node n=0
+  local first="${CLUSTER_PREFIX}1" ip token node n=0 role
   ip=$(cluster_node_ip "$first")
   if [ "$(docker exec "$first" docker info -f '{{.Swarm.LocalNodeState}}')" != active ]; then
     log "forming the Swarm on $first ($ip)"
     docker exec "$first" docker swarm init --advertise-addr "$ip" >/dev/null
   fi
-  token=$(docker exec "$first" docker swarm join-token -q manager)
   for node in $(cluster_node_names); do
     n=$((n + 1))
     if [ "$(docker exec "$node" docker info -f '{{.Swarm.LocalNodeState}}')" != active ]; then
+      role=worker
+      [ "$n" -le "$CLUSTER_MANAGERS" ] && role=manager
+      token=$(docker exec "$first" docker swarm join-token -q "$role")
       docker exec "$node" docker swarm join --advertise-addr "$(cluster_node_ip "$node")" \
         --token "$token" "$ip:2377" >/dev/null
     fi
@@ -92,17 +98,27 @@ cluster_form_swarm() {
   fi
 }
 
-# Loads images into every node's engine, skipping nodes that have the same image id.
+# Loads images into every node's engine, skipping nodes that have the same image id. Each image
+# is saved once (a 1.8 GB `docker save` of the sandbox image reads every layer back through the
+# host's storage driver) and that one archive is loaded into the nodes side by side.
 cluster_load_images() { # image...
-  local image id node pids=()
+  local image id node archive pids=() dir
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/agentbox-cluster-images.XXXXXX")
+  # shellcheck disable=SC2064 # the directory is known now
+  trap "rm -rf '$dir'" RETURN
   for image in "$@"; do
     id=$(docker image inspect -f '{{.Id}}' "$image")
+    archive="$dir/$(echo "$image" | tr '/:' '__').tar"
     for node in $(cluster_node_names); do
       if [ "$(docker exec "$node" docker image inspect -f '{{.Id}}' "$image" 2>/dev/null)" = "$id" ]; then
         continue
       fi
+      if [ ! -e "$archive" ]; then
+        log "saving $image"
+        docker save -o "$archive" "$image" || die "saving $image failed"
+      fi
       log "loading $image into $node"
-      (docker save "$image" | docker exec -i "$node" docker load -q >/dev/null) &
+      (docker exec -i "$node" docker load -q <"$archive" >/dev/null) &
       pids+=($!)
     done
   done

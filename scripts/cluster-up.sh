@@ -3,7 +3,7 @@
 # it with the Swarm backend, to try multi-node Agentbox without a cluster. Stop it with
 # scripts/cluster-down.sh.
 #
-#   scripts/cluster-up.sh            # 3 nodes, all managers; prints the URL and the admin key
+#   scripts/cluster-up.sh            # 3 nodes, node 1 the manager; prints the URL and the admin key
 #
 # Each node is a container of `agentbox/swarm-node` (Debian's docker.io) on a private bridge
 # network, with its own engine and image store (a volume). Every node gets the sandbox and
@@ -11,7 +11,8 @@
 # `agentbox.zone=<n>` to try placement with, and node 1 `agentbox.data=true` for the
 # orchestrator's SQLite volume. Then compose.swarm.yaml is deployed on node 1.
 #
-# Settings (environment): AGENTBOX_CLUSTER_NODES (3), AGENTBOX_CLUSTER_PREFIX (agentbox-node),
+# Settings (environment): AGENTBOX_CLUSTER_NODES (3), AGENTBOX_CLUSTER_MANAGERS (1; 3 for a
+# control plane that survives a lost manager), AGENTBOX_CLUSTER_PREFIX (agentbox-node),
 # AGENTBOX_CLUSTER_SUBNET (10.213.0.0/24), AGENTBOX_CLUSTER_ENCRYPT (false: this machine's
 # kernel has no ESP support for IPsec; say true where it has), AGENTBOX_CLUSTER_SKIP_BUILD (set:
 # use the images already built), AGENTBOX_POOL_SIZE (0), AGENTBOX_PUBLISH_MODE (host: the
