@@ -65,6 +65,22 @@ fn each_nextest_failure_counts_once() {
 }
 
 #[test]
+fn steps_run_side_by_side_count_as_their_own() {
+    let lanes = "lane_a() { step one true; step two false; }\n\
+                 lane_b() { step three true; }\n\
+                 lane_c() { exit 3; }";
+    // Each step once, the failed one named; a lane that records nothing is a failure too.
+    assert_eq!(
+        run_counting(lanes, "side_by_side lane_a lane_b"),
+        "2 1 | two,"
+    );
+    assert_eq!(
+        run_counting(lanes, "side_by_side lane_b lane_c"),
+        "1 1 | lane 2 (no steps recorded),"
+    );
+}
+
+#[test]
 fn each_pytest_failure_counts_once() {
     // `pytests` runs "$venv/bin/pytest" once per group, side by side: a venv whose pytest is a
     // script printing the summary its group's first argument names.
