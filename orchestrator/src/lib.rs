@@ -35,6 +35,7 @@ pub mod data_dir;
 pub mod db;
 pub mod homes;
 pub mod keyring;
+pub mod lull;
 pub mod metrics;
 pub mod proxy;
 pub mod runs;

@@ -7,7 +7,9 @@
 //! under test and a baseline binary (`--baseline-binary`, e.g. a build of the commit before a
 //! change). Each claim's own steps (quota lock, count, the member's row written) are read from
 //! the orchestrator's log, so the slow claims say where they waited. Background load: spinning
-//! threads (`--load-threads`, default 1: one of two cores busy, as during a CI run).
+//! threads (`--load-threads`, default 1: one of two cores busy, as during a CI run). A burst
+//! starts once every arm's pool is full (`--overlap-arms`: only its own arm's), so the other
+//! arm's refill is not part of the load.
 //!
 //! Pool members run a lean programs file (Xvfb only): what a member runs does not change the
 //! claim path, and refilling 1,000 full desktops would take most of an hour.
@@ -59,21 +61,31 @@ fn lean_image(image: &str) -> anyhow::Result<String> {
     Ok(tag)
 }
 
-/// One burst on `arm`: waits for a full pool, makes `count` claims `gap` apart, deletes them.
+/// Waits until each of `servers` has a full pool.
+async fn wait_full(
+    client: &reqwest::Client,
+    servers: &[(&str, &Server)],
+    pool: usize,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for (name, server) in servers {
+        while metric(client, server, "agentbox_pool_ready").await < pool as f64 {
+            if Instant::now() > deadline {
+                bail!("{name}: the pool did not refill");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// One burst on `arm` (whose pool is full): makes `count` claims `gap` apart, deletes them.
 async fn burst(
     client: &reqwest::Client,
     arm: &mut Arm,
-    pool: usize,
     count: usize,
     gap: Duration,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while metric(client, &arm.server, "agentbox_pool_ready").await < pool as f64 {
-        if Instant::now() > deadline {
-            bail!("{}: the pool did not refill", arm.name);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let mut ids = Vec::new();
     for _ in 0..count {
         let (took, id) = agentbox_bench::create_sandbox(client, &arm.server)
@@ -165,6 +177,7 @@ pub async fn main() -> anyhow::Result<()> {
     // Where the current arm keeps its data (default: the temp dir, as the baseline): a tmpfs
     // here tells the store's disk from everything else.
     let current_data_root: String = arg("--current-data-root", String::new());
+    let overlap_arms = std::env::args().any(|a| a == "--overlap-arms");
     ensure_network()?;
     let lean = lean_image(&image)?;
     println!(
@@ -219,11 +232,23 @@ pub async fn main() -> anyhow::Result<()> {
     let gap = Duration::from_millis(gap_ms);
     let started = Instant::now();
     while arms.iter().any(|arm| arm.latencies.len() < claims) {
-        for arm in &mut arms {
-            let left = claims.saturating_sub(arm.latencies.len());
-            if left > 0 {
-                burst(&client, arm, pool, left.min(pool), gap).await?;
+        for i in 0..arms.len() {
+            let left = claims.saturating_sub(arms[i].latencies.len());
+            if left == 0 {
+                continue;
             }
+            // Each arm is one orchestrator on this machine: by default a burst starts once every
+            // arm's pool is full, so one arm's refill (ten container starts after its burst's
+            // deletes) does not run under the other arm's claims, which no refill policy of a
+            // single orchestrator could see or avoid. `--overlap-arms` keeps the earlier shape
+            // (only the burst's own arm waited), for comparison with older figures.
+            let waited: Vec<(&str, &Server)> = if overlap_arms {
+                vec![(arms[i].name.as_str(), &arms[i].server)]
+            } else {
+                arms.iter().map(|a| (a.name.as_str(), &a.server)).collect()
+            };
+            wait_full(&client, &waited, pool).await?;
+            burst(&client, &mut arms[i], left.min(pool), gap).await?;
         }
         let done: usize = arms.iter().map(|arm| arm.latencies.len()).sum();
         eprintln!(

@@ -45,6 +45,8 @@ use super::{
 
 /// How many empty sandbox networks are kept made ahead of the starts that need them.
 const SPARE_NETWORKS: usize = 2;
+/// A deleted sandbox's network is removed once claims pause, but waits at most this long.
+const NETWORK_REMOVAL_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The Docker Engine backend.
 pub struct DockerBackend {
@@ -291,6 +293,10 @@ pub(super) fn writable_mounts(disk_mib: u64) -> HashMap<String, String> {
 
 #[async_trait::async_trait]
 impl Backend for DockerBackend {
+    fn busy(&self) {
+        self.networks.lull().busy();
+    }
+
     async fn prepare(&self) -> Result<(), BackendError> {
         // The rules first: a sandbox network made from here on is covered from its first packet.
         let rules = EgressRules::for_network(&self.network, self.egress, self.egress_allow.clone());
@@ -373,10 +379,13 @@ impl Backend for DockerBackend {
             Err(e) => return Err(failed("removing the container")(e)),
         }
         if let Some(network) = network {
-            // Off the delete's path: a network whose endpoint lingers is tried again for a few
-            // seconds, and one left over is the sweep's.
+            // Off the delete's path, once claims pause (bounded): a network whose endpoint
+            // lingers is tried again for a few seconds, and one left over is the sweep's.
             let networks = self.networks.clone();
-            tokio::spawn(async move { networks.remove(&network).await });
+            tokio::spawn(async move {
+                networks.lull().wait(NETWORK_REMOVAL_MAX_WAIT).await;
+                networks.remove(&network).await
+            });
         }
         Ok(())
     }

@@ -229,6 +229,10 @@ pub trait Backend: Send + Sync {
             placement: false,
         }
     }
+    /// A latency-sensitive request (a warm-pool claim) came now: background work of the
+    /// backend's own that loads the machine (making and removing networks) waits for a quiet
+    /// moment after it ([`crate::lull`]).
+    fn busy(&self) {}
     /// One-time setup (the egress rules); idempotent.
     async fn prepare(&self) -> Result<(), BackendError>;
     /// Creates the container, delivers the key file, starts it and returns its address.

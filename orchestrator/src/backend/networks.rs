@@ -12,7 +12,8 @@
 //!   A container records its network's name in the label [`LABEL_NETWORK`].
 //! - **A stock:** creating a network costs Docker 0.3-1 s of iptables work, so a few empty ones
 //!   ([`SandboxNetworks::new`]'s `spare`) are kept made in the background, and a start takes
-//!   one at once; an empty stock means a start makes its own.
+//!   one at once; an empty stock means a start makes its own. The top-up, like the removal of
+//!   a deleted sandbox's network, waits for a pause in warm-pool claims ([`crate::lull`]).
 //! - **Egress:** Docker puts each new network's own `ACCEPT` rules on top of `FORWARD`, above
 //!   the egress hook; the hook is put back on top ([`egress::rehook_forward`]) as soon as a
 //!   network is made, before any container is on it.
@@ -32,6 +33,7 @@ use ipnet::Ipv4Net;
 
 use super::egress;
 use super::{BackendError, LABEL_INSTANCE, LABEL_MANAGED, is_not_found};
+use crate::lull::Lull;
 
 /// The prefix length of one sandbox's network: the network's own address, the gateway (this
 /// host), the sandbox, the broadcast address, and room to spare.
@@ -105,7 +107,12 @@ struct Inner {
     creating: tokio::sync::Mutex<()>,
     /// Wakes the stocking task.
     restock: tokio::sync::Notify,
+    /// When claims came: making and removing networks waits for a quiet moment after them.
+    lull: Lull,
 }
+
+/// The stock's top-up waits at most this long for a quiet moment before each network.
+const RESTOCK_MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// This orchestrator's sandbox networks.
 #[derive(Clone)]
@@ -135,6 +142,7 @@ impl SandboxNetworks {
                 held: Mutex::new(Held::default()),
                 creating: tokio::sync::Mutex::new(()),
                 restock: tokio::sync::Notify::new(),
+                lull: Lull::new(),
             }),
         }
     }
@@ -148,6 +156,11 @@ impl SandboxNetworks {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// When latency-sensitive requests came (see [`crate::lull`]).
+    pub fn lull(&self) -> &Lull {
+        &self.inner.lull
+    }
+
     /// Starts the task that keeps the stock full (once, from `prepare`).
     pub fn keep_stocked(&self) {
         if self.inner.spare == 0 {
@@ -157,6 +170,8 @@ impl SandboxNetworks {
         tokio::spawn(async move {
             loop {
                 while networks.held().spare.len() < networks.inner.spare {
+                    // iptables and a bridge: kernel work on every core, after claims pause.
+                    networks.inner.lull.wait(RESTOCK_MAX_WAIT).await;
                     match networks.create().await {
                         Ok(name) => {
                             let mut held = networks.held();

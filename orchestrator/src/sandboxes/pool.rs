@@ -3,7 +3,8 @@
 //! A member is created like any sandbox (same limits, same readiness check) with `pooled = 1`
 //! and no owner, and joins the queue only once ready, so a claim never hands out a container
 //! that is still starting. A claim pops a member and, in one conditional `UPDATE`, gives it an
-//! owner, metadata and timeouts; the refill task then starts a replacement at once. Members
+//! owner, metadata and timeouts; the refill task then starts a replacement once claims pause
+//! for a moment ([`crate::lull`]). Members
 //! get heartbeats like every sandbox; one found dead is dropped from the queue, one degraded
 //! stays queued (claims skip it) until it recovers.
 //!
@@ -22,6 +23,7 @@ use tokio::sync::Notify;
 
 use super::{SandboxError, Sandboxes};
 use crate::db::{SandboxRecord, SandboxStatus};
+use crate::lull::Lull;
 use crate::secret::new_id;
 
 /// The metadata key naming the snapshot a pool member started from.
@@ -46,34 +48,12 @@ pub struct Pool {
     /// Failed creations since the refill loop last looked (for its back-off).
     failures: AtomicUsize,
     wake: Notify,
-    /// When a claim last took a member (the refill waits for a quiet moment after it).
-    last_claim: Mutex<Option<Instant>>,
+    /// When claims came (the refill waits for a quiet moment after them).
+    claims: Lull,
 }
 
-/// A refill starts once no claim came for this long (see [`refill_wait`]).
-const REFILL_QUIET: Duration = Duration::from_millis(150);
-/// ... but waits at most this long for that quiet.
+/// The refill waits at most this long for a quiet moment.
 const REFILL_MAX_WAIT: Duration = Duration::from_secs(1);
-
-/// How much longer the refill waits before starting members, `None` to start now. Starting a
-/// member is kernel work on every core (namespaces, a veth pair, iptables rules, the container's
-/// processes), and claims that come in a burst would wait behind it for a core: each claim used
-/// to set off its member's start at once, and the burst's later claims took up to 100 ms
-/// (`bench/RESULTS.md`). So while the pool still has members to hand out, the refill waits until
-/// no claim came for [`REFILL_QUIET`], and never longer than [`REFILL_MAX_WAIT`] from when it
-/// began to wait; an empty pool is refilled at once (its claims start cold anyway).
-fn refill_wait(
-    now: Instant,
-    last_claim: Option<Instant>,
-    waiting_since: Instant,
-    ready: usize,
-) -> Option<Duration> {
-    if ready == 0 {
-        return None;
-    }
-    let until = (last_claim? + REFILL_QUIET).min(waiting_since + REFILL_MAX_WAIT);
-    (until > now).then(|| until - now)
-}
 
 impl Pool {
     pub fn new(image: String, target: usize) -> Self {
@@ -85,7 +65,7 @@ impl Pool {
             filling: AtomicUsize::new(0),
             failures: AtomicUsize::new(0),
             wake: Notify::new(),
-            last_claim: Mutex::new(None),
+            claims: Lull::new(),
         }
     }
 
@@ -165,9 +145,8 @@ impl Pool {
         while tries > 0 {
             tries -= 1;
             let member = self.ready.lock().ok().and_then(|mut r| r.pop_front());
-            if let Ok(mut last) = self.last_claim.lock() {
-                *last = Some(Instant::now());
-            }
+            self.claims.busy();
+            service.backend.busy();
             // The refill task looks again (after the pop, so it sees the gap).
             self.wake.notify_one();
             let Some(member) = member else {
@@ -238,16 +217,16 @@ impl Pool {
                 .saturating_sub(pool.ready_count() + pool.filling.load(Ordering::Acquire))
         };
         loop {
+            // Starting a member is kernel work on every core (namespaces, a veth pair, iptables
+            // rules, the container's processes), and claims that come in a burst would wait
+            // behind it for a core: each claim used to set off its member's start at once, and
+            // the burst's later claims took up to 100 ms (`bench/RESULTS.md`). So while the pool
+            // still has members to hand out, the refill waits for a quiet moment (bounded);
+            // an empty pool is refilled at once (its claims start cold anyway).
             if missing_now() > 0 {
                 let waiting_since = Instant::now();
-                loop {
-                    let last_claim = pool.last_claim.lock().ok().and_then(|last| *last);
-                    match refill_wait(
-                        Instant::now(),
-                        last_claim,
-                        waiting_since,
-                        pool.ready_count(),
-                    ) {
+                while pool.ready_count() > 0 {
+                    match pool.claims.remaining(waiting_since, REFILL_MAX_WAIT) {
                         Some(wait) => tokio::time::sleep(wait).await,
                         None => break,
                     }
@@ -373,27 +352,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn a_refill_waits_for_a_quiet_moment_after_claims_but_not_for_long_nor_when_empty() {
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        // No claim yet, or the pool is empty: at once.
-        assert_eq!(refill_wait(at(0), None, at(0), 3), None);
-        assert_eq!(refill_wait(at(10), Some(at(0)), at(5), 0), None);
-        // A claim 10 ms ago: 140 ms more of quiet.
-        assert_eq!(
-            refill_wait(at(10), Some(at(0)), at(5), 3),
-            Some(Duration::from_millis(140))
-        );
-        // Quiet for 150 ms: now.
-        assert_eq!(refill_wait(at(150), Some(at(0)), at(5), 3), None);
-        // Claims keep coming: at most a second from when the wait began.
-        assert_eq!(
-            refill_wait(at(950), Some(at(940)), at(0), 3),
-            Some(Duration::from_millis(50))
-        );
-        assert_eq!(refill_wait(at(1000), Some(at(990)), at(0), 3), None);
-    }
     use crate::sandboxes::{CreateSpec, Source};
     use crate::testing::Harness;
     use crate::testing::harness::OWNER;
