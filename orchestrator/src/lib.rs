@@ -97,6 +97,7 @@ pub async fn serve(settings: Settings, mut signals: TerminationSignals) -> anyho
     } = started;
     let local = listener.local_addr()?;
 
+    tokio::spawn(sandboxes.store().clone().watch_reachability());
     tokio::spawn(sandboxes.clone().reap_forever());
     tokio::spawn(sandboxes.clone().heartbeat_forever());
     tokio::spawn(sandboxes.clone().sweep_sessions_forever());

@@ -208,10 +208,37 @@ impl From<RunError> for ApiError {
     }
 }
 
-/// A busy database is a 503 to ask again shortly (nothing was changed); any other store
-/// failure is the orchestrator's own (500, logged).
+impl ApiError {
+    /// The database does not answer ([`crate::db::Store::is_unreachable`]): the request was
+    /// not attempted.
+    pub fn database_unreachable() -> Self {
+        ApiError {
+            retry_after: Some(2),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the database does not answer: nothing was done; ask again shortly",
+            )
+        }
+    }
+}
+
+/// A busy database is a 503 to ask again shortly (nothing was changed), and so is one that
+/// went away during the call; any other store failure is the orchestrator's own (500, logged).
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
+        if error.is_unavailable() {
+            tracing::warn!(%error, "database unavailable");
+            return ApiError {
+                retry_after: Some(2),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_unavailable",
+                    "the database went away during the call: ask again shortly (a write it \
+                     was making is either whole or not made)",
+                )
+            };
+        }
         if error.is_busy() {
             tracing::warn!(%error, "database busy");
             return ApiError {
@@ -219,7 +246,7 @@ impl From<StoreError> for ApiError {
                 ..ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "database_busy",
-                    "the database is busy (another writer holds its lock): nothing was changed; ask again shortly",
+                    "the database is busy (another writer holds its lock, or no connection came free in time): nothing was changed; ask again shortly",
                 )
             };
         }

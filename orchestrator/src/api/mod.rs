@@ -265,7 +265,13 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
         .unwrap_or_else(|| "unmatched".into());
     let method = request.method().to_string();
     let started = std::time::Instant::now();
-    let response = next.run(request).await;
+    // While the database does not answer, every route that needs it (all but liveness) fails
+    // at once instead of each request waiting out the pool's acquire timeout.
+    let response = if route != "/healthz" && state.sandboxes.store().is_unreachable() {
+        ApiError::database_unreachable().into_response()
+    } else {
+        next.run(request).await
+    };
     state.metrics.observe_http(
         &method,
         &route,

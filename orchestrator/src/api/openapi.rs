@@ -103,7 +103,7 @@ fn document_run_events(document: &mut OpenApi) {
     }
 }
 
-/// Every operation but `/healthz` reads or writes the database, which may be busy (see
+/// Every operation but `/healthz` reads or writes the database, which may be busy or away (see
 /// `ApiError`'s `From<StoreError>`): a 503 with `Retry-After`, unless the route documents its
 /// own 503 already.
 fn document_busy_database(document: &mut OpenApi) {
@@ -122,8 +122,9 @@ fn document_busy_database(document: &mut OpenApi) {
                 .entry("503".to_string())
                 .or_insert_with(|| {
                     let mut answer = agentbox_http::openapi::error_answer(
-                        "The database is busy (another writer holds its lock); nothing was \
-                         changed. Ask again after `Retry-After` seconds.",
+                        "The database is busy (`database_busy`: another writer holds its \
+                         lock; nothing was changed) or does not answer \
+                         (`database_unavailable`). Ask again after `Retry-After` seconds.",
                         "ErrorBody",
                     );
                     if let RefOr::T(response) = &mut answer {

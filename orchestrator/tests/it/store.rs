@@ -1,19 +1,22 @@
 //! The store and the key registry against both databases: SQLite (a file in a temp dir) and a
 //! real, throwaway Postgres cluster started for the test on a loopback port (Debian's
-//! `postgresql` package; `scripts/test.sh` installs it).
+//! `postgresql` package; `scripts/test.sh` installs it), and an orchestrator whose Postgres
+//! goes away for a while.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, bail, ensure};
 use orchestrator::auth::ApiKeys;
 use orchestrator::db::{
     ApiKeyRecord, ArtifactRecord, ConsoleSessionRecord, RunFilter, RunInsert, RunRecord, RunStatus,
     SandboxFilter, SandboxRecord, SandboxStatus, StatusChange, Store, Timeouts, TokenRecord,
     sqlite_url,
 };
+
+use crate::common::{ADMIN_KEY, Options, Orchestrator};
 
 fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
     SandboxRecord {
@@ -867,6 +870,8 @@ struct Postgres {
     dir: tempfile::TempDir,
     bin: PathBuf,
     port: u16,
+    /// The server's options (port, socket directory, loopback only).
+    options: String,
 }
 
 impl Postgres {
@@ -893,15 +898,55 @@ impl Postgres {
             .args(["-A", "trust", "-U", "postgres", "-D"])
             .arg(&data))?;
         let options = format!("-p {port} -k {path} -c listen_addresses=127.0.0.1 -c fsync=off");
+        let postgres = Self {
+            dir,
+            bin,
+            port,
+            options,
+        };
+        postgres.start_server()?;
+        Ok(postgres)
+    }
+
+    /// Starts the server (again) and waits until it accepts connections.
+    fn start_server(&self) -> anyhow::Result<()> {
         run(Command::new("runuser")
             .args(["-u", "postgres", "--"])
-            .arg(bin.join("pg_ctl"))
+            .arg(self.bin.join("pg_ctl"))
             .args(["-D"])
-            .arg(&data)
-            .args(["-o", &options, "-l"])
-            .arg(dir.path().join("log"))
-            .args(["-w", "-t", "60", "start"]))?;
-        Ok(Self { dir, bin, port })
+            .arg(self.dir.path().join("data"))
+            .args(["-o", &self.options, "-l"])
+            .arg(self.dir.path().join("log"))
+            .args(["-w", "-t", "60", "start"]))
+    }
+
+    /// Stops the server at once, as a crash would (connections cut, no checkpoint).
+    fn stop_server(&self) -> anyhow::Result<()> {
+        run(Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "stop"]))
+    }
+
+    /// Waits until a store can connect (pg_ctl -w has returned; allow a moment anyway).
+    async fn wait_accepting(&self) -> anyhow::Result<()> {
+        let mut attempts = 0;
+        loop {
+            match Store::connect(&self.url()).await {
+                Ok(store) => {
+                    store.close().await;
+                    return Ok(());
+                }
+                Err(error) if attempts < 20 => {
+                    attempts += 1;
+                    eprintln!("waiting for Postgres: {error}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
     }
 
     fn url(&self) -> String {
@@ -911,12 +956,7 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let _ = run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-m", "immediate", "-w", "stop"]));
+        let _ = self.stop_server();
     }
 }
 
@@ -940,21 +980,80 @@ fn run(command: &mut Command) -> anyhow::Result<()> {
 #[tokio::test]
 async fn the_store_works_on_postgres() -> anyhow::Result<()> {
     let postgres = Postgres::start()?;
-    // The server accepts connections once pg_ctl -w returns; allow a moment anyway.
-    let mut attempts = 0;
-    loop {
-        match Store::connect(&postgres.url()).await {
-            Ok(store) => {
-                store.close().await;
-                break;
-            }
-            Err(error) if attempts < 20 => {
-                attempts += 1;
-                eprintln!("waiting for Postgres: {error}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    }
+    postgres.wait_accepting().await?;
     exercise(&postgres.url()).await
+}
+
+/// Postgres stopped under a running orchestrator (issue 25, item 3): once it notices (it asks
+/// every half second), each request is answered 503 `database_unavailable` with `Retry-After`
+/// at once, where it would otherwise wait out the pool's 5 s acquire timeout; liveness still
+/// answers; and when Postgres is back the same process serves again by itself.
+#[tokio::test]
+async fn postgres_briefly_unavailable_is_a_fast_503_and_recovers_by_itself() -> anyhow::Result<()> {
+    let postgres = Postgres::start()?;
+    postgres.wait_accepting().await?;
+    let orchestrator = Orchestrator::start(Options {
+        database_url: Some(postgres.url()),
+        ..Options::default()
+    })?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()?;
+    let list = || {
+        http.get(orchestrator.u("/v1/sandboxes"))
+            .bearer_auth(ADMIN_KEY)
+            .send()
+    };
+    assert_eq!(list().await?.status(), 200);
+
+    postgres.stop_server()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if list().await?.status() == 503 {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "still answering without Postgres"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..20 {
+        let asked = Instant::now();
+        let response = list().await?;
+        let took = asked.elapsed();
+        assert_eq!(response.status(), 503);
+        assert_eq!(
+            response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()),
+            Some("2")
+        );
+        let body: serde_json::Value = response.json().await?;
+        assert_eq!(body["error"]["code"], "database_unavailable", "{body}");
+        // Not a timing goal: without the reachability check each request waited for a
+        // connection until the pool's acquire timeout (5 s).
+        assert!(took < Duration::from_secs(4), "a refusal took {took:?}");
+    }
+    let (status, _) = orchestrator
+        .call(reqwest::Method::GET, "/healthz", None, None)
+        .await?;
+    assert_eq!(status, 200, "liveness does not need the database");
+
+    postgres.start_server()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = list().await?.status();
+        if status == 200 {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "not serving 60 s after Postgres came back: {status}\n{}",
+            orchestrator.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
 }
