@@ -176,20 +176,44 @@ pub async fn run(settings: Settings, mut signals: TerminationSignals) -> anyhow:
     tracing::info!("building the API");
     let activity = Activity::new();
     let settings = Arc::new(settings);
-    let services = Arc::new(
-        services::Services::new(supervisor, settings.clone(), activity.clone())
-            .with_vnc_passwords(vnc_passwords),
-    );
-    services.start_background_tasks();
-    let state = api::AppState::from_services(services.clone());
-    let app = api::router(state);
-    // Building the router generated the OpenAPI descriptions of every route, then dropped
-    // them; hand the freed heap back to the kernel so an idle sandboxd stays small.
-    // SAFETY: malloc_trim only walks glibc's own heap, under its own locks.
-    #[allow(unsafe_code)]
-    unsafe {
-        nix::libc::malloc_trim(0);
-    }
+    // Building the routes generates every route's OpenAPI description: CPU work that took 11 s
+    // on a loaded machine (a CI run). It runs on a blocking thread, so a stop meanwhile is acted
+    // on at once: the programs already started are stopped in order and sandboxd exits (main
+    // does not wait long for the abandoned build).
+    let build = {
+        let supervisor = supervisor.clone();
+        let settings = settings.clone();
+        let activity = activity.clone();
+        tokio::task::spawn_blocking(move || {
+            let services = Arc::new(
+                services::Services::new(supervisor, settings, activity)
+                    .with_vnc_passwords(vnc_passwords),
+            );
+            services.start_background_tasks();
+            let app = api::router(api::AppState::from_services(services.clone()));
+            // Building the router generated the OpenAPI descriptions of every route, then
+            // dropped them; hand the freed heap back to the kernel so an idle sandboxd stays
+            // small.
+            // SAFETY: malloc_trim only walks glibc's own heap, under its own locks.
+            #[allow(unsafe_code)]
+            unsafe {
+                nix::libc::malloc_trim(0);
+            }
+            (services, app)
+        })
+    };
+    let (services, app) = match signals.unless_stopped(build).await {
+        Ok(built) => built.context("building the API")?,
+        Err(stopped) => {
+            tracing::info!(
+                signal = stopped.signal,
+                "termination requested while the API was being built; stopping programs"
+            );
+            supervisor.shutdown().await;
+            tracing::info!("all programs stopped; exiting");
+            return Ok(());
+        }
+    };
 
     tracing::info!("serving the API");
     let (stop_http_tx, stop_http_rx) = tokio::sync::oneshot::channel::<()>();

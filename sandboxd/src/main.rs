@@ -54,7 +54,11 @@ fn main() -> ExitCode {
     sandboxd::pid1::protect_own_memory();
     sandboxd::pid1::init_reaping();
 
-    match runtime.block_on(sandboxd::run(settings, signals)) {
+    let result = runtime.block_on(sandboxd::run(settings, signals));
+    // Every program is stopped and the API drained by now; what may still run is a blocking
+    // task a stop abandoned (the API's construction): not waited for past a moment.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "sandboxd failed");
