@@ -37,6 +37,14 @@ impl ApiError {
         }
     }
 
+    /// A 503 to ask again after `retry_after` seconds (sent as `Retry-After`).
+    pub fn try_again(code: &'static str, message: impl Into<String>, retry_after: u32) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+        }
+    }
+
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
@@ -156,14 +164,9 @@ impl From<SandboxError> for ApiError {
                 "not_supported_by_backend",
                 BackendError::Unsupported(what).to_string(),
             ),
-            SandboxError::Backend(error @ BackendError::NoCapacity(_)) => ApiError {
-                retry_after: Some(10),
-                ..ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no_capacity",
-                    error.to_string(),
-                )
-            },
+            SandboxError::Backend(error @ BackendError::NoCapacity(_)) => {
+                ApiError::try_again("no_capacity", error.to_string(), 10)
+            }
             SandboxError::Backend(error) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "backend_unavailable",
@@ -212,14 +215,11 @@ impl ApiError {
     /// The database does not answer ([`crate::db::Store::is_unreachable`]): the request was
     /// not attempted.
     pub fn database_unreachable() -> Self {
-        ApiError {
-            retry_after: Some(2),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "database_unavailable",
-                "the database does not answer: nothing was done; ask again shortly",
-            )
-        }
+        ApiError::try_again(
+            "database_unavailable",
+            "the database does not answer: nothing was done; ask again shortly",
+            2,
+        )
     }
 }
 
@@ -229,26 +229,20 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         if error.is_unavailable() {
             tracing::warn!(%error, "database unavailable");
-            return ApiError {
-                retry_after: Some(2),
-                ..ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "database_unavailable",
-                    "the database went away during the call: ask again shortly (a write it \
-                     was making is either whole or not made)",
-                )
-            };
+            return ApiError::try_again(
+                "database_unavailable",
+                "the database went away during the call: ask again shortly (a write it was \
+                 making is either whole or not made)",
+                2,
+            );
         }
         if error.is_busy() {
             tracing::warn!(%error, "database busy");
-            return ApiError {
-                retry_after: Some(1),
-                ..ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "database_busy",
-                    "the database is busy (another writer holds its lock, or no connection came free in time): nothing was changed; ask again shortly",
-                )
-            };
+            return ApiError::try_again(
+                "database_busy",
+                "the database is busy (another writer holds its lock, or no connection came free in time): nothing was changed; ask again shortly",
+                1,
+            );
         }
         ApiError::internal(error)
     }
