@@ -372,6 +372,8 @@ bench_lane_2() {
     bench shell-exec --iterations 2 --rounds 1
   step "benchmark harness smoke run (file watch, 2 iterations)" \
     bench file-watch --iterations 2
+  step "benchmark harness smoke run (replicas, 20 clients)" \
+    bench replicas --clients 20 --requests 2 --rounds 1 --sandboxes 1
 }
 
 main() {

@@ -293,8 +293,6 @@ impl OrchestratorServer {
         Self::start_in(binary, image, pool, tag, extra, &std::env::temp_dir())
     }
 
-    // The orchestrator under test is the bench's own child, killed and waited for on drop.
-    #[allow(clippy::disallowed_methods)]
     /// [`Self::start`] with its data directory under `data_root` (e.g. a tmpfs, to tell the
     /// store's disk from the rest).
     pub fn start_in(
@@ -309,7 +307,63 @@ impl OrchestratorServer {
         let data = data_root.join(format!("agentbox-{instance}"));
         let _ = std::fs::remove_dir_all(&data);
         let network = format!("agentbox-{instance}");
-        let mut child = Command::new(binary)
+        Self::spawn(binary, image, pool, extra, &[], instance, network, data)
+    }
+
+    /// A replica named `replica` on the Postgres at `database_url`: of a new installation, or
+    /// (`beside`) of another replica's (its instance, network and data directory).
+    pub fn start_replica(
+        binary: &str,
+        image: &str,
+        pool: usize,
+        database_url: &str,
+        replica: &str,
+        beside: Option<&Self>,
+    ) -> anyhow::Result<Self> {
+        let (instance, network, data) = match beside {
+            Some(peer) => (
+                peer.instance.clone(),
+                peer.network.clone(),
+                peer.data.clone(),
+            ),
+            None => {
+                let instance = format!("bench-replicas-{}", std::process::id());
+                let data = std::env::temp_dir().join(format!("agentbox-{instance}"));
+                let _ = std::fs::remove_dir_all(&data);
+                (instance.clone(), format!("agentbox-{instance}"), data)
+            }
+        };
+        Self::spawn(
+            binary,
+            image,
+            pool,
+            &["--replica".to_string(), replica.to_string()],
+            &[("DATABASE_URL", database_url)],
+            instance,
+            network,
+            data,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    // The orchestrator under test is the bench's own child, killed and waited for on drop.
+    #[allow(clippy::disallowed_methods)]
+    fn spawn(
+        binary: &str,
+        image: &str,
+        pool: usize,
+        extra: &[String],
+        env: &[(&str, &str)],
+        instance: String,
+        network: String,
+        data: std::path::PathBuf,
+    ) -> anyhow::Result<Self> {
+        let mut command = Command::new(binary);
+        command.env_remove("DATABASE_URL");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
             .arg("--data-dir")
             .arg(&data)
@@ -334,7 +388,6 @@ impl OrchestratorServer {
                 // The claim write's two parts are logged at debug (the claims benchmark).
                 "warn,orchestrator=info,orchestrator::db=debug",
             )
-            .env_remove("DATABASE_URL")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -55,6 +55,10 @@ const HARNESSES: &[(&str, &str)] = &[
         "a2a",
         "what A2A adds over the runs API: first working, per event, 200 streams",
     ),
+    (
+        "replicas",
+        "one Postgres: 200 clients' control-plane load on one replica and on two",
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -84,6 +88,7 @@ fn main() -> ExitCode {
             "hibernate" => harness::hibernate::main().await,
             "run-steps" => harness::run_steps::main().await,
             "a2a" => harness::a2a::main().await,
+            "replicas" => harness::replicas::main().await,
             _ => Err(anyhow::anyhow!("unknown harness {name:?}")),
         }
     });

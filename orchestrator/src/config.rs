@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// so a restart with the same data adopts its containers.
     #[arg(long, env = "AGENTBOX_INSTANCE")]
     pub instance: Option<String>,
+    /// This replica's name among the orchestrators sharing one database (letters, digits,
+    /// `.`, `_`, `-`; at most 64). Default: an id kept in the data directory, so a restart
+    /// with the same data is the same replica. Two running processes must not share one.
+    #[arg(long, env = "AGENTBOX_REPLICA")]
+    pub replica: Option<String>,
     /// Ready containers kept waiting for the default image.
     #[arg(long, env = "AGENTBOX_POOL_SIZE", default_value_t = 2)]
     pub pool_size: usize,
@@ -239,6 +244,8 @@ pub struct Settings {
     pub network: String,
     pub sandbox_subnets: ipnet::Ipv4Net,
     pub instance: Option<String>,
+    /// `--replica`, or (once the server starts) the id kept in the data directory.
+    pub replica: Option<String>,
     pub pool_size: usize,
     pub pool_snapshot: Option<String>,
     pub max_concurrent_starts: usize,
@@ -324,6 +331,7 @@ impl ServeArgs {
             network: self.network,
             sandbox_subnets,
             instance: self.instance.filter(|i| !i.is_empty()),
+            replica: self.replica.filter(|r| !r.is_empty()),
             pool_size: self.pool_size,
             pool_snapshot: self.pool_snapshot.clone(),
             max_concurrent_starts: if self.max_concurrent_starts == 0 {
@@ -388,6 +396,14 @@ impl ServeArgs {
         }
         if self.heartbeat_secs == 0 {
             return Err(invalid("heartbeat-secs", "must be at least 1"));
+        }
+        if let Some(replica) = self.replica.as_deref().filter(|r| !r.is_empty())
+            && !crate::replicas::is_valid_id(replica)
+        {
+            return Err(invalid(
+                "replica",
+                "letters, digits, '.', '_' and '-' only, at most 64",
+            ));
         }
         if self.run_artifacts_mib == 0 || self.run_artifacts_mib > self.key_artifacts_mib {
             return Err(invalid(

@@ -13,17 +13,24 @@
 mod console;
 mod credentials;
 mod homes;
+mod notifications;
 mod profiles;
 mod reachability;
+mod replicas;
+mod run_commands;
 mod runs;
+mod viewer_tickets;
 
 pub use console::ConsoleSessionRecord;
 pub use credentials::CredentialRecord;
 pub use homes::{SnapshotRecord, SnapshotStatus};
 pub use profiles::{ProfileRecord, ProfileTake};
+pub use replicas::ReplicaRecord;
+pub use run_commands::RunCommandRecord;
 pub use runs::{
     ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StatusChange,
 };
+pub use viewer_tickets::ViewerTicketRecord;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -222,6 +229,11 @@ pub struct SandboxRecord {
     pub hibernated_at: Option<i64>,
     /// Idle this long, it is hibernated by the reaper (`None`: never).
     pub idle_hibernate_secs: Option<i64>,
+    /// The orchestrator replica creating it, or deleting it (`--replica`): while that replica
+    /// lives, no other undoes or repeats its work. `None` in rows written before replicas.
+    pub replica: Option<String>,
+    /// Control viewers' input reaches the desktop (closed while a run's agent drives it).
+    pub control_open: bool,
 }
 
 /// A sandbox's clocks, as [`Store::set_timeouts`] writes them.
@@ -291,6 +303,8 @@ pub struct Store {
     /// A database server's URL (`None` for SQLite), for the reachability check's own
     /// connection.
     server_url: Option<Arc<str>>,
+    /// Runs another replica appended events to ([`notifications`]).
+    appended: tokio::sync::broadcast::Sender<String>,
 }
 
 impl std::fmt::Debug for Store {
@@ -324,7 +338,7 @@ pub fn redact_url(url: &str) -> String {
 const SANDBOX_COLUMNS: &str = "id, owner_key_id, image, status, pooled, container_id, address, \
     api_key, resolution, env, metadata, idle_timeout_secs, max_lifetime_secs, created_at, \
     ready_at, expires_at, last_active_at, ended_at, error, instance, paused_at, auto_resume, \
-    idle_pause_secs, hibernated_at, idle_hibernate_secs";
+    idle_pause_secs, hibernated_at, idle_hibernate_secs, replica, control_open";
 
 /// The schema's migrations, `orchestrator/migrations/NNNN_name.sql`, compiled in. Listed here
 /// rather than found by sqlx's `migrate!` macro, which would compile sqlx's SQLite and Postgres
@@ -370,6 +384,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         11,
         "fork snapshots",
         include_str!("../migrations/0011_fork_snapshots.sql"),
+    ),
+    (
+        12,
+        "replicas",
+        include_str!("../migrations/0012_replicas.sql"),
     ),
 ];
 
@@ -440,6 +459,7 @@ impl Store {
             is_sqlite,
             unreachable: Arc::default(),
             server_url: (!is_sqlite).then(|| Arc::from(url)),
+            appended: tokio::sync::broadcast::Sender::new(notifications::APPENDS_BUFFER),
         })
     }
 
@@ -571,7 +591,7 @@ impl Store {
         let sql = format!(
             "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20, $21, $22, $23, $24, $25)"
+             $20, $21, $22, $23, $24, $25, $26, $27)"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(&s.id)
@@ -599,6 +619,8 @@ impl Store {
             .bind(s.idle_pause_secs)
             .bind(s.hibernated_at)
             .bind(s.idle_hibernate_secs)
+            .bind(&s.replica)
+            .bind(s.control_open as i64)
             .execute(&self.writer)
             .await
             .map_err(query_error("insert sandbox"))?;
@@ -1092,6 +1114,8 @@ fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {
         idle_pause_secs: get(row, "idle_pause_secs")?,
         hibernated_at: get(row, "hibernated_at")?,
         idle_hibernate_secs: get(row, "idle_hibernate_secs")?,
+        replica: get(row, "replica")?,
+        control_open: get::<i64>(row, "control_open")? != 0,
     })
 }
 

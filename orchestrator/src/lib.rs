@@ -19,6 +19,8 @@
 //! - [`proxy`]: HTTP and WebSocket relays and the RFB view-only filter;
 //! - [`api`]: the REST API (axum), the only part that knows HTTP status codes;
 //! - [`metrics`]: Prometheus metrics; [`cli`]: the command line (logging is `agentbox-http`'s);
+//! - [`replicas`]: this process among the orchestrators sharing one database (its id, its
+//!   beat, the leases of the duties one replica does at a time);
 //! - [`secret`]: random secrets, ids, hashes and time helpers; [`clock`]: the time as the
 //!   lifecycle reads it (a trait, so tests can move it).
 
@@ -38,6 +40,7 @@ pub mod keyring;
 pub mod lull;
 pub mod metrics;
 pub mod proxy;
+pub mod replicas;
 pub mod runs;
 pub mod sandboxes;
 pub mod secret;
@@ -98,19 +101,29 @@ pub async fn serve(settings: Settings, mut signals: TerminationSignals) -> anyho
     let local = listener.local_addr()?;
 
     tokio::spawn(sandboxes.store().clone().watch_reachability());
+    tokio::spawn(sandboxes.store().clone().listen_forever());
+    tokio::spawn(replicas::beat_forever(
+        store.clone(),
+        sandboxes.replica.clone(),
+        sandboxes.boot.clone(),
+        sandboxes.clock.clone(),
+    ));
     tokio::spawn(sandboxes.clone().reap_forever());
     tokio::spawn(sandboxes.clone().heartbeat_forever());
     tokio::spawn(sandboxes.clone().sweep_sessions_forever());
+    tokio::spawn(sandboxes.clone().write_activity_forever());
     tokio::spawn(sandboxes::pool::Pool::refill_forever(sandboxes.clone()));
 
     let runs = runs::Runs::from_settings(&sandboxes);
     tokio::spawn(runs.clone().resume_forever());
     tokio::spawn(runs.clone().report_sandbox_changes_forever());
     tokio::spawn(runs.clone().retain_forever());
+    tokio::spawn(runs.clone().relay_commands_forever());
 
-    let state = api::AppState::new(sandboxes, keys, metrics, public_url.clone()).with_runs(runs);
+    let state =
+        api::AppState::new(sandboxes.clone(), keys, metrics, public_url.clone()).with_runs(runs);
     let app = api::router(state);
-    tracing::info!(addr = %local, %public_url, %instance, image = %settings.image, pool_size = settings.pool_size, "listening");
+    tracing::info!(addr = %local, %public_url, %instance, replica = %sandboxes.replica, image = %settings.image, pool_size = settings.pool_size, "listening");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(api::serve(listener, app, async {
         let _ = stopped.await;
@@ -124,6 +137,8 @@ pub async fn serve(settings: Settings, mut signals: TerminationSignals) -> anyho
         Ok(Err(error)) => tracing::error!(%error, "the server task failed"),
         Err(_) => tracing::warn!("requests still open after 10 s; exiting anyway"),
     }
+    // Peers take this replica's duties over at once.
+    sandboxes.duties.release_all().await;
     store.close().await;
     tracing::info!("stopped; sandboxes keep running and are adopted at the next start");
     Ok(())
@@ -135,6 +150,12 @@ pub async fn serve(settings: Settings, mut signals: TerminationSignals) -> anyho
 async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
     // Private before anything is written: the database and the master key live here.
     data_dir::prepare(&settings.data_dir)?;
+    let replica = replicas::resolve_id(settings.replica.as_deref(), &settings.data_dir)
+        .context("the replica id (--replica, or the one kept in the data directory)")?;
+    let settings = Arc::new(Settings {
+        replica: Some(replica.clone()),
+        ..(*settings).clone()
+    });
     let keyring = keyring::Keyring::load_or_create(&settings.master_key_file)?;
     let store = db::Store::connect(&settings.database_url).await?;
     tracing::info!(database = %db::redact_url(&settings.database_url), "database ready");
@@ -163,6 +184,7 @@ async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
                 &settings.network,
                 settings.sandbox_subnets,
                 &instance,
+                &replica,
                 settings.egress,
                 settings.egress_allow.clone(),
             )
@@ -172,7 +194,8 @@ async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
             Arc::new(backend)
         }
         BackendKind::Swarm => {
-            let backend = SwarmBackend::connect(settings.swarm.clone(), &instance).await?;
+            let backend =
+                SwarmBackend::connect(settings.swarm.clone(), &instance, &replica).await?;
             backend.prepare().await?;
             tracing::info!(network = %settings.swarm.network, "Docker Swarm ready");
             Arc::new(backend)
@@ -197,6 +220,14 @@ async fn start(settings: Arc<Settings>) -> anyhow::Result<Started> {
         keyring,
         instance.clone(),
     );
+    store
+        .register_replica(
+            &replica,
+            &sandboxes.boot,
+            Some(public_url.as_str()),
+            sandboxes.clock.now_ms(),
+        )
+        .await?;
     sandboxes.use_pool_snapshot().await?;
     sandboxes.reconcile().await?;
     Ok(Started {

@@ -8,6 +8,7 @@
 //! for sandboxd's and the orchestrator's router tests.
 
 pub mod openapi_lint;
+pub mod postgres;
 pub mod router;
 pub mod snapshot;
 

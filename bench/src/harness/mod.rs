@@ -10,6 +10,7 @@ pub mod hibernate;
 pub mod memory;
 pub mod orchestrator;
 pub mod pause;
+pub mod replicas;
 pub mod run_steps;
 pub mod shell_exec;
 pub mod startup;

@@ -207,6 +207,7 @@ impl From<RunError> for ApiError {
             RunError::Sandbox(error) => error.into(),
             RunError::Store(error) => ApiError::from(error),
             RunError::Artifact(error) => ApiError::internal(error),
+            RunError::Relayed(message) => ApiError::internal(message),
         }
     }
 }

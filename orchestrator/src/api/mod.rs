@@ -76,8 +76,6 @@ pub struct AppState {
     pub relays: Arc<relays::Relays>,
     /// A2A's task operations (over `runs`).
     pub a2a: Arc<Tasks>,
-    /// AIO viewer tickets made through the sandbox API proxy, waiting for their one use.
-    pub viewer_tickets: Arc<viewer_tickets::ViewerTickets>,
     request_ids: RequestIds,
 }
 
@@ -114,7 +112,6 @@ impl AppState {
             proxy: HttpProxy::new(),
             public_url: Arc::new(public_url),
             allowed_origins: Arc::new(Vec::new()),
-            viewer_tickets: Arc::default(),
             request_ids: RequestIds::new("orc", &["/healthz"]),
         }
     }

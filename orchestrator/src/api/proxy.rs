@@ -544,7 +544,8 @@ async fn vnc_socket(
             console_session: caller.console_session,
             kind: "vnc",
         };
-        let filter = RfbFilter::control(InputGate::following(state.sandboxes.control_gate(&id)));
+        let filter =
+            RfbFilter::control(InputGate::following(state.sandboxes.control_gate(&record)));
         return relay_vnc(
             &state,
             &record,
@@ -561,7 +562,7 @@ async fn vnc_socket(
     let (filter, path) = match claims.scope {
         Scope::View => (RfbFilter::view(), "/vnc/websockify?view_only=true"),
         Scope::Control => (
-            RfbFilter::control(InputGate::following(state.sandboxes.control_gate(&id))),
+            RfbFilter::control(InputGate::following(state.sandboxes.control_gate(&record))),
             "/vnc/websockify",
         ),
         // `vnc_token` refused it already.

@@ -13,11 +13,10 @@
 //! The terminal page is sandboxd's too, so terminal tickets and `GET /v1/shell/terminal-url`
 //! answer 501 naming the way that works through the orchestrator (the shell API).
 //!
-//! Tickets live in this process's memory: one orchestrator replica answers a ticket it made.
+//! Tickets are kept in the database by their hash ([`crate::db::ViewerTicketRecord`]), so any
+//! orchestrator replica redeems a ticket another made.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::Request;
@@ -29,6 +28,7 @@ use sandbox_client::types::{Envelope, TicketRequest, TicketResult};
 use super::AppState;
 use super::error::ApiError;
 use crate::auth::Caller;
+use crate::db::ViewerTicketRecord;
 use crate::tokens::Scope;
 
 /// How long a ticket may wait for its one use (sandboxd's own tickets' lifetime).
@@ -37,50 +37,8 @@ pub const TICKET_TTL: Duration = Duration::from_secs(60);
 const VIEWER_TTL_SECS: i64 = super::tokens::DEFAULT_TTL_SECS;
 /// The largest `POST /tickets` body read.
 const MAX_TICKET_REQUEST: usize = 16 * 1024;
-/// At most this many tickets wait at once (older ones are dropped first).
-const MAX_WAITING: usize = 10_000;
-
-/// What a waiting ticket opens, for whom.
-#[derive(Debug, Clone)]
-struct Grant {
-    sandbox_id: String,
-    key_id: String,
-    /// The key's owner filter (`None` for an admin key).
-    owner: Option<String>,
-    view_only: bool,
-    made: Instant,
-}
-
-/// The tickets waiting for their one use.
-#[derive(Debug, Default)]
-pub struct ViewerTickets {
-    waiting: Mutex<HashMap<String, Grant>>,
-}
-
-impl ViewerTickets {
-    fn keep(&self, ticket: String, grant: Grant) {
-        let Ok(mut waiting) = self.waiting.lock() else {
-            return;
-        };
-        waiting.retain(|_, g| g.made.elapsed() < TICKET_TTL);
-        if waiting.len() >= MAX_WAITING
-            && let Some(oldest) = waiting
-                .iter()
-                .min_by_key(|(_, g)| g.made)
-                .map(|(t, _)| t.clone())
-        {
-            waiting.remove(&oldest);
-        }
-        waiting.insert(ticket, grant);
-    }
-
-    /// Uses the ticket up: its grant, if it was made for `sandbox_id` and is still good.
-    fn take(&self, ticket: &str, sandbox_id: &str) -> Option<Grant> {
-        let mut waiting = self.waiting.lock().ok()?;
-        let grant = waiting.remove(ticket)?;
-        (grant.sandbox_id == sandbox_id && grant.made.elapsed() < TICKET_TTL).then_some(grant)
-    }
-}
+/// At most this many tickets of one key wait at once (older ones are dropped first).
+const MAX_WAITING_PER_KEY: i64 = 1_000;
 
 /// The answer the proxy gives itself for a sandbox API request it does not forward, if any.
 pub async fn intercept(
@@ -150,16 +108,24 @@ async fn issue(
         .await?;
     let view_only = asked.view_only.unwrap_or(false);
     let ticket = crate::secret::new_secret("tkt_");
-    state.viewer_tickets.keep(
-        ticket.clone(),
-        Grant {
-            sandbox_id: sandbox_id.to_string(),
-            key_id: caller.key_id.clone(),
-            owner: caller.owner().map(str::to_owned),
-            view_only,
-            made: Instant::now(),
-        },
-    );
+    let now = crate::secret::now_ms();
+    let ttl_ms = i64::try_from(TICKET_TTL.as_millis()).unwrap_or(i64::MAX);
+    state
+        .sandboxes
+        .store()
+        .insert_viewer_ticket(
+            &crate::secret::sha256_hex(&ticket),
+            &ViewerTicketRecord {
+                sandbox_id: sandbox_id.to_string(),
+                key_id: caller.key_id.clone(),
+                owner: caller.owner().map(str::to_owned),
+                view_only,
+                made_at: now,
+            },
+            MAX_WAITING_PER_KEY,
+            now - ttl_ms,
+        )
+        .await?;
     let mut viewer_path = format!("/vnc/index.html?ticket={ticket}");
     if view_only {
         viewer_path.push_str("&view_only=true");
@@ -176,7 +142,18 @@ async fn issue(
 
 /// Uses a ticket up and opens the orchestrator's viewer with a token for the ticket's key.
 pub async fn redeem(state: &AppState, sandbox_id: &str, ticket: &str) -> Response {
-    let Some(grant) = state.viewer_tickets.take(ticket, sandbox_id) else {
+    let taken = state
+        .sandboxes
+        .store()
+        .take_viewer_ticket(&crate::secret::sha256_hex(ticket))
+        .await;
+    let grant = match taken {
+        Ok(grant) => grant,
+        Err(error) => return ApiError::from(error).into_response(),
+    };
+    let now = crate::secret::now_ms();
+    // Used up either way: a ticket for another sandbox, or too old, opens nothing.
+    let Some(grant) = grant.filter(|g| opens(g, sandbox_id, now)) else {
         return ApiError::unauthorized(
             "the ticket is unknown, used or expired: ask for a new one (POST {api}/tickets)",
         )
@@ -203,6 +180,12 @@ pub async fn redeem(state: &AppState, sandbox_id: &str, ticket: &str) -> Respons
         }
         Err(error) => ApiError::from(error).into_response(),
     }
+}
+
+/// Whether a ticket taken at `now` opens `sandbox_id`'s viewer.
+fn opens(ticket: &ViewerTicketRecord, sandbox_id: &str, now: i64) -> bool {
+    let ttl_ms = i64::try_from(TICKET_TTL.as_millis()).unwrap_or(i64::MAX);
+    ticket.sandbox_id == sandbox_id && now - ticket.made_at < ttl_ms
 }
 
 fn terminal_not_served() -> Response {
@@ -274,20 +257,16 @@ mod tests {
     }
 
     #[test]
-    fn a_ticket_opens_once_its_own_sandbox_only() {
-        let tickets = ViewerTickets::default();
-        let grant = Grant {
+    fn a_ticket_opens_its_own_sandbox_within_its_minute_only() {
+        let ticket = ViewerTicketRecord {
             sandbox_id: "sbx-1".into(),
             key_id: "key-1".into(),
             owner: Some("key-1".into()),
             view_only: true,
-            made: Instant::now(),
+            made_at: 1_000,
         };
-        tickets.keep("tkt_a".into(), grant.clone());
-        tickets.keep("tkt_b".into(), grant);
-        assert!(tickets.take("tkt_a", "sbx-2").is_none(), "another sandbox");
-        assert!(tickets.take("tkt_a", "sbx-1").is_none(), "tried once, gone");
-        assert!(tickets.take("tkt_b", "sbx-1").is_some());
-        assert!(tickets.take("tkt_b", "sbx-1").is_none(), "used up");
+        assert!(opens(&ticket, "sbx-1", 1_000 + 59_999));
+        assert!(!opens(&ticket, "sbx-2", 1_000), "another sandbox");
+        assert!(!opens(&ticket, "sbx-1", 1_000 + 60_000), "expired");
     }
 }

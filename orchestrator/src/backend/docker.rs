@@ -82,6 +82,7 @@ impl DockerBackend {
         network: &str,
         sandbox_subnets: Ipv4Net,
         instance: &str,
+        replica: &str,
         egress: EgressPolicy,
         egress_allow: Vec<ipnet::Ipv4Net>,
     ) -> Result<Self, BackendError> {
@@ -90,6 +91,7 @@ impl DockerBackend {
             docker.clone(),
             network,
             instance,
+            replica,
             SubnetPlan::new(sandbox_subnets),
             SPARE_NETWORKS,
             EgressRules::for_network(network, egress, egress_allow.clone()),
@@ -306,7 +308,6 @@ impl Backend for DockerBackend {
                 step: "enforcing the egress policy",
                 message: e.to_string(),
             })?;
-        self.collect_garbage().await?;
         self.networks.keep_stocked();
         Ok(())
     }
@@ -418,8 +419,11 @@ impl Backend for DockerBackend {
         }
     }
 
-    async fn collect_garbage(&self) -> Result<(), BackendError> {
-        self.networks.sweep().await
+    async fn collect_garbage(
+        &self,
+        busy: &std::collections::HashSet<String>,
+    ) -> Result<(), BackendError> {
+        self.networks.sweep(busy).await
     }
 
     async fn list(&self) -> Result<Vec<ContainerInfo>, BackendError> {

@@ -30,6 +30,9 @@ pub struct Limits {
 pub const LABEL_MANAGED: &str = "agentbox.managed";
 pub const LABEL_SANDBOX_ID: &str = "agentbox.sandbox_id";
 pub const LABEL_INSTANCE: &str = "agentbox.instance";
+/// The orchestrator replica that made an object (a network, a secret) which has no container
+/// yet while it starts one: another replica's garbage collection leaves it alone.
+pub const LABEL_REPLICA: &str = "agentbox.replica";
 
 /// `SANDBOX_API_KEY_FILE` telling sandboxd to read its key from the first line of its standard
 /// input (where the Docker backend writes it before start).
@@ -261,8 +264,12 @@ pub trait Backend: Send + Sync {
     async fn logs_tail(&self, container_id: &str, lines: usize) -> Result<String, BackendError>;
     /// Removes what this instance's containers left behind when they went away without it (a
     /// container whose dead-man switch fired while the orchestrator was down takes itself
-    /// away, not its network). Called at start and now and then by the reaper.
-    async fn collect_garbage(&self) -> Result<(), BackendError> {
+    /// away, not its network). Called at start and now and then by the reaper. What a replica
+    /// in `busy` made ([`LABEL_REPLICA`]) is left alone: it may be about to use it.
+    async fn collect_garbage(
+        &self,
+        _busy: &std::collections::HashSet<String>,
+    ) -> Result<(), BackendError> {
         Ok(())
     }
 }

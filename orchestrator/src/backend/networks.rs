@@ -32,7 +32,7 @@ use bollard::query_parameters::ListNetworksOptionsBuilder;
 use ipnet::Ipv4Net;
 
 use super::egress;
-use super::{BackendError, LABEL_INSTANCE, LABEL_MANAGED, is_not_found};
+use super::{BackendError, LABEL_INSTANCE, LABEL_MANAGED, LABEL_REPLICA, is_not_found};
 use crate::lull::Lull;
 
 /// The prefix length of one sandbox's network: the network's own address, the gateway (this
@@ -97,6 +97,8 @@ struct Inner {
     /// The `--network` the names start with.
     family: String,
     instance: String,
+    /// This replica ([`super::LABEL_REPLICA`] on the networks it makes).
+    replica: String,
     plan: SubnetPlan,
     /// How many spare networks to keep.
     spare: usize,
@@ -127,6 +129,7 @@ impl SandboxNetworks {
         docker: Docker,
         family: &str,
         instance: &str,
+        replica: &str,
         plan: SubnetPlan,
         spare: usize,
         egress: egress::EgressRules,
@@ -136,6 +139,7 @@ impl SandboxNetworks {
                 docker,
                 family: family.to_string(),
                 instance: instance.to_string(),
+                replica: replica.to_string(),
                 plan,
                 spare,
                 egress,
@@ -269,6 +273,7 @@ impl SandboxNetworks {
                 labels: Some(HashMap::from([
                     (LABEL_MANAGED.to_string(), "true".to_string()),
                     (LABEL_INSTANCE.to_string(), inner.instance.clone()),
+                    (LABEL_REPLICA.to_string(), inner.replica.clone()),
                     (LABEL_NETWORK_FAMILY.to_string(), inner.family.clone()),
                 ])),
                 ..Default::default()
@@ -352,8 +357,9 @@ impl SandboxNetworks {
     }
 
     /// Removes this instance's networks that no container is on, except the stock and those
-    /// held by a start (Docker refuses to remove a network a container is on).
-    pub async fn sweep(&self) -> Result<(), BackendError> {
+    /// held by a start, here or in a `busy` replica (Docker refuses to remove a network a
+    /// container is on).
+    pub async fn sweep(&self, busy: &HashSet<String>) -> Result<(), BackendError> {
         let inner = &self.inner;
         let filters = HashMap::from([(
             "label".to_string(),
@@ -372,7 +378,12 @@ impl SandboxNetworks {
             .await
             .map_err(|e| BackendError::Unavailable(e.to_string()))?;
         let mut swept = 0;
-        for name in networks.into_iter().filter_map(|n| n.name) {
+        for network in networks {
+            let made_by = network.labels.as_ref().and_then(|l| l.get(LABEL_REPLICA));
+            if made_by.is_some_and(|r| busy.contains(r)) {
+                continue;
+            }
+            let Some(name) = network.name else { continue };
             let held = {
                 let held = self.held();
                 held.starting.contains(&name) || held.spare.contains(&name)
@@ -424,6 +435,7 @@ mod tests {
             docker,
             "agentbox",
             "i",
+            "r",
             SubnetPlan::new("10.222.0.0/16".parse().unwrap()),
             0,
             egress::EgressRules::for_network(

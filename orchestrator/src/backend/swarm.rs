@@ -56,7 +56,7 @@ use bollard::query_parameters::{
 
 use super::{
     Backend, BackendError, BackendFeatures, ContainerInfo, ContainerSpec, LABEL_INSTANCE,
-    LABEL_MANAGED, LABEL_SANDBOX_ID, Started, is_not_found,
+    LABEL_MANAGED, LABEL_REPLICA, LABEL_SANDBOX_ID, Started, is_not_found,
 };
 
 /// Where the key file lands in the sandbox (`/run/secrets/<name>`).
@@ -83,6 +83,8 @@ pub struct SwarmBackend {
     docker: Docker,
     settings: SwarmSettings,
     instance: String,
+    /// This replica ([`LABEL_REPLICA`] on the key secrets it makes).
+    replica: String,
 }
 
 fn failed(step: &'static str) -> impl FnOnce(bollard::errors::Error) -> BackendError {
@@ -128,11 +130,16 @@ impl TaskView {
 impl SwarmBackend {
     /// Connects to the engine named by `DOCKER_HOST` (the local socket when unset), which must
     /// be a manager of a Swarm.
-    pub async fn connect(settings: SwarmSettings, instance: &str) -> Result<Self, BackendError> {
+    pub async fn connect(
+        settings: SwarmSettings,
+        instance: &str,
+        replica: &str,
+    ) -> Result<Self, BackendError> {
         Ok(Self {
             docker: super::connect_engine().await?,
             settings,
             instance: instance.to_string(),
+            replica: replica.to_string(),
         })
     }
 
@@ -299,7 +306,11 @@ impl SwarmBackend {
             .docker
             .create_secret(SecretSpec {
                 name: Some(secret_name.clone()),
-                labels: Some(self.labels(&spec.sandbox_id)),
+                labels: Some({
+                    let mut labels = self.labels(&spec.sandbox_id);
+                    labels.insert(LABEL_REPLICA.to_string(), self.replica.clone());
+                    labels
+                }),
                 data: Some(
                     base64::engine::general_purpose::STANDARD.encode(format!("{}\n", spec.api_key)),
                 ),
@@ -695,7 +706,7 @@ impl Backend for SwarmBackend {
             }
             Err(e) => return Err(BackendError::Unavailable(e.to_string())),
         }
-        self.collect_garbage().await
+        Ok(())
     }
 
     async fn start(&self, spec: &ContainerSpec) -> Result<Started, BackendError> {
@@ -923,7 +934,10 @@ impl Backend for SwarmBackend {
     /// Removes the services whose sandboxd ended by itself (its dead-man switch fired while
     /// the orchestrator was away: Swarm keeps a service whose one task completed) and the key
     /// secrets no service uses any more.
-    async fn collect_garbage(&self) -> Result<(), BackendError> {
+    async fn collect_garbage(
+        &self,
+        busy: &std::collections::HashSet<String>,
+    ) -> Result<(), BackendError> {
         let services = self.our_services().await?;
         let ids: Vec<String> = services.iter().filter_map(|s| s.id.clone()).collect();
         let tasks = self.tasks(&ids).await?;
@@ -952,6 +966,14 @@ impl Backend for SwarmBackend {
             .await
             .map_err(|e| BackendError::Unavailable(e.to_string()))?;
         for secret in secrets {
+            let made_by = secret
+                .spec
+                .as_ref()
+                .and_then(|s| s.labels.as_ref())
+                .and_then(|l| l.get(LABEL_REPLICA));
+            if made_by.is_some_and(|r| busy.contains(r)) {
+                continue;
+            }
             if let Some(id) = secret.id
                 && !in_use.contains(&id)
             {

@@ -158,7 +158,7 @@ const RUN_COLUMNS: &str = "id, owner_key_id, task, model, sandbox_id, sandbox_ta
     lease_expires_at, last_seq, created_at, updated_at, ended_at, context_id, message_id";
 
 /// Statuses that never change again (`RunStatus::is_terminal`; a unit test holds them equal).
-const TERMINAL: &str = "('completed', 'failed', 'canceled', 'unknown')";
+pub(super) const TERMINAL: &str = "('completed', 'failed', 'canceled', 'unknown')";
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
@@ -431,6 +431,15 @@ impl Store {
             .await
             .map_err(query_error("change run status"))?;
         }
+        if !self.is_sqlite {
+            // Delivered at commit, to every replica's followers of the run.
+            sqlx::query("SELECT 1 AS sent FROM pg_notify($1, $2)")
+                .bind(super::notifications::RUN_EVENTS)
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error("announce event"))?;
+        }
         tx.commit().await.map_err(query_error("commit event"))?;
         Ok(Some(seq))
     }
@@ -497,13 +506,13 @@ impl Store {
     }
 
     /// Takes the lease of an unfinished run when it is free, expired, already ours, or held by
-    /// an earlier life of this instance (`owner` is `<instance>/<boot>`; `instance_prefix` is
-    /// `<instance>/`). `Ok(false)` when another driver holds it.
+    /// an earlier life of this replica (`owner` is `<replica>/<boot>`; `replica_prefix` is
+    /// `<replica>/`). `Ok(false)` when another driver holds it.
     pub async fn acquire_run_lease(
         &self,
         run_id: &str,
         owner: &str,
-        instance_prefix: &str,
+        replica_prefix: &str,
         now: i64,
         until: i64,
     ) -> Result<bool> {
@@ -512,14 +521,14 @@ impl Store {
              status NOT IN {TERMINAL} AND (lease_owner IS NULL OR lease_owner = $1 OR \
              lease_expires_at < $4 OR substr(lease_owner, 1, CAST($5 AS INTEGER)) = $6)"
         );
-        let prefix_len = i64::try_from(instance_prefix.len()).unwrap_or(i64::MAX);
+        let prefix_len = i64::try_from(replica_prefix.len()).unwrap_or(i64::MAX);
         let done = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(owner)
             .bind(until)
             .bind(run_id)
             .bind(now)
             .bind(prefix_len)
-            .bind(instance_prefix)
+            .bind(replica_prefix)
             .execute(&self.writer)
             .await
             .map_err(query_error("acquire run lease"))?;
@@ -543,11 +552,11 @@ impl Store {
     }
 
     /// Unfinished runs nobody drives: lease expired, or held by an earlier life of this
-    /// instance (other than `owner`).
+    /// replica (other than `owner`).
     pub async fn orphaned_runs(
         &self,
         owner: &str,
-        instance_prefix: &str,
+        replica_prefix: &str,
         now: i64,
     ) -> Result<Vec<RunRecord>> {
         let sql = format!(
@@ -555,11 +564,11 @@ impl Store {
              (lease_owner IS NULL OR lease_expires_at < $1 OR \
              (substr(lease_owner, 1, CAST($2 AS INTEGER)) = $3 AND lease_owner <> $4)) ORDER BY created_at"
         );
-        let prefix_len = i64::try_from(instance_prefix.len()).unwrap_or(i64::MAX);
+        let prefix_len = i64::try_from(replica_prefix.len()).unwrap_or(i64::MAX);
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(now)
             .bind(prefix_len)
-            .bind(instance_prefix)
+            .bind(replica_prefix)
             .bind(owner)
             .fetch_all(&self.pool)
             .await

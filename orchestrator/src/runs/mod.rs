@@ -27,6 +27,7 @@ pub mod connect;
 pub mod credentials;
 pub mod driver;
 pub mod paused;
+pub mod relay;
 pub mod remote;
 pub mod sink;
 
@@ -77,6 +78,9 @@ pub enum RunError {
     Artifact(#[from] ArtifactError),
     #[error("the run did not answer in time: {0}")]
     Timeout(String),
+    /// The replica driving the run failed to carry out a command passed to it.
+    #[error("the replica driving the run failed: {0}")]
+    Relayed(String),
 }
 
 /// What a caller asks for.
@@ -222,10 +226,10 @@ pub struct Runs {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) models: ModelOptions,
     pub(crate) settings: RunSettings,
-    /// `<instance>/<boot id>`: this process, as a lease holder.
+    /// `<replica>/<boot id>`: this process, as a lease holder.
     pub(crate) lease_owner: String,
-    /// `<instance>/`: every life of this instance.
-    pub(crate) instance_prefix: String,
+    /// `<replica>/`: every life of this replica (an earlier one's leases are taken at once).
+    pub(crate) replica_prefix: String,
     pub(crate) active: Mutex<HashMap<String, Arc<ActiveRun>>>,
     /// Calls remote A2A agents (`a2a:` runs): only what `reach` permits (or why it could not
     /// start).
@@ -262,7 +266,7 @@ impl Runs {
         settings: RunSettings,
     ) -> Arc<Self> {
         models.script_root = settings.script_root.clone();
-        let instance = sandboxes.instance().to_string();
+        let replica = sandboxes.replica.clone();
         let http = settings.a2a_reach.client();
         let reach = Arc::new(settings.a2a_reach.clone());
         Arc::new(Self {
@@ -273,8 +277,8 @@ impl Runs {
             clock: seams.clock,
             models,
             settings,
-            lease_owner: format!("{instance}/{}", new_id("boot")),
-            instance_prefix: format!("{instance}/"),
+            lease_owner: format!("{replica}/{}", new_id("boot")),
+            replica_prefix: format!("{replica}/"),
             active: Mutex::new(HashMap::new()),
             http,
             reach,
@@ -588,6 +592,12 @@ impl Runs {
 
     /// Cancels a run; answers once its final `canceled` status is written.
     pub async fn cancel(&self, id: &str, owner: Option<&str>) -> Result<RunRecord, RunError> {
+        if let Some(done) = self
+            .relay_if_elsewhere(id, owner, relay::RunCommand::Cancel)
+            .await?
+        {
+            return Ok(done);
+        }
         let active = self.driven(id, owner).await?;
         // A paused sandbox is resumed first: the run's last copy of `~/outputs` reads it. (Its
         // turn is not held: the run's end may remove a sandbox it took.)
@@ -627,6 +637,12 @@ impl Runs {
                 "run {id} has no desktop to take over ({model} drives it)"
             )));
         }
+        if let Some(done) = self
+            .relay_if_elsewhere(id, owner, relay::RunCommand::TakeOver)
+            .await?
+        {
+            return Ok(done);
+        }
         let active = self.started(id, owner).await?;
         let _turn = self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.take_over().await)?;
@@ -640,6 +656,10 @@ impl Runs {
         owner: Option<&str>,
         note: Option<String>,
     ) -> Result<RunRecord, RunError> {
+        let command = relay::RunCommand::HandBack { note: note.clone() };
+        if let Some(done) = self.relay_if_elsewhere(id, owner, command).await? {
+            return Ok(done);
+        }
         let active = self.started(id, owner).await?;
         let _turn = self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.hand_back(note).await)?;
@@ -666,6 +686,13 @@ impl Runs {
         message_id: Option<String>,
     ) -> Result<RunRecord, RunError> {
         validate::run_text("text", &text)?;
+        let command = relay::RunCommand::Answer {
+            text: text.clone(),
+            message_id: message_id.clone(),
+        };
+        if let Some(done) = self.relay_if_elsewhere(id, owner, command).await? {
+            return Ok(done);
+        }
         let active = self.started(id, owner).await?;
         let _turn = self.wake(&self.get(id, owner).await?).await?;
         control_result(id, active.control.answer_with_id(text, message_id).await)?;
@@ -700,6 +727,8 @@ impl Runs {
             // Subscribed before reading the log: whatever is appended meanwhile is either read
             // or received (and deduplicated by seq).
             let mut live = runs.subscribe(&id);
+            // Appends by another replica (Postgres), for a run driven elsewhere.
+            let mut appended = runs.store.run_appends();
             let mut last = after;
             loop {
                 // The log, page by page.
@@ -753,9 +782,11 @@ impl Runs {
                         }
                     },
                     None => {
-                        // Driven elsewhere (or between drivers): poll the log.
+                        // Driven elsewhere (or between drivers): read the log when the driver
+                        // announces an event, or now and then.
                         tokio::select! {
                             () = tokio::time::sleep(FOLLOW_POLL) => {}
+                            () = announced(&mut appended, &id) => {}
                             () = tx.closed() => return,
                         }
                         live = runs.subscribe(&id);
@@ -808,7 +839,7 @@ impl Runs {
         let now = self.clock.now_ms();
         let orphans = self
             .store
-            .orphaned_runs(&self.lease_owner, &self.instance_prefix, now)
+            .orphaned_runs(&self.lease_owner, &self.replica_prefix, now)
             .await?;
         let mut resumed = 0;
         for run in orphans {
@@ -820,7 +851,7 @@ impl Runs {
                 .acquire_run_lease(
                     &run.id,
                     &self.lease_owner,
-                    &self.instance_prefix,
+                    &self.replica_prefix,
                     now,
                     now + self.lease_ms(),
                 )
@@ -845,6 +876,19 @@ impl Runs {
                 tracing::warn!(%error, "resuming orphaned runs failed");
             }
             tokio::time::sleep(every).await;
+        }
+    }
+}
+
+/// Completes when `appended` announces run `id` (or missed announcements: read the log).
+async fn announced(appended: &mut broadcast::Receiver<String>, id: &str) {
+    loop {
+        match appended.recv().await {
+            Ok(run) if run == id => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            // Never closed while the store lives; wait for the poll instead.
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
         }
     }
 }

@@ -70,6 +70,15 @@ impl Fixture {
         )
     }
 
+    /// A runs service as another replica sharing the database (`replica`) would have it.
+    fn replica(&self, replica: &str) -> Arc<Runs> {
+        let mut runs = self.process();
+        let only = Arc::get_mut(&mut runs).expect("made just now: not shared yet");
+        only.lease_owner = format!("{replica}/{}", new_id("boot"));
+        only.replica_prefix = format!("{replica}/");
+        runs
+    }
+
     /// Writes a script of `steps`; returns its model string.
     fn script(&self, name: &str, steps: serde_json::Value) -> String {
         let path = self.dir.path().join("scripts").join(format!("{name}.json"));
@@ -267,7 +276,11 @@ async fn a_run_on_the_fakes_completes_with_its_log_in_order_and_its_outputs_kept
     // Created at the manual clock's time, not the wall clock's.
     assert!(row.created_at <= f.h.clock.now_ms() && row.created_at > f.h.clock.now_ms() - 60_000);
     // The person has the desktop back.
-    assert!(*f.h.sandboxes.control_gate(&sandbox.id).borrow());
+    assert!(
+        *f.h.sandboxes
+            .control_gate(&f.h.row(&sandbox.id).await.expect("the sandbox's row"))
+            .borrow()
+    );
 }
 
 #[tokio::test]
@@ -366,7 +379,11 @@ async fn a_driver_whose_lease_is_taken_stops_at_once_and_writes_nothing_more() {
     assert!(matches!(refused, Err(RunError::Conflict(_))), "{refused:?}");
     // And the person has the desktop back through this process (the driver's gate went with
     // it; it used to stay closed for good).
-    assert!(*f.h.sandboxes.control_gate(&sandbox.id).borrow());
+    assert!(
+        *f.h.sandboxes
+            .control_gate(&f.h.row(&sandbox.id).await.expect("the sandbox's row"))
+            .borrow()
+    );
 }
 
 #[tokio::test]
@@ -460,7 +477,11 @@ async fn a_cancel_before_the_loop_starts_ends_the_run_without_driving_the_comput
     assert!(fake.calls().is_empty(), "{:?}", fake.calls());
     assert!(f.run(&run.id).await.ended_at.is_some());
     // The control gate was never closed.
-    assert!(*f.h.sandboxes.control_gate(&sandbox.id).borrow());
+    assert!(
+        *f.h.sandboxes
+            .control_gate(&f.h.row(&sandbox.id).await.expect("the sandbox's row"))
+            .borrow()
+    );
     // A second cancel is refused and writes nothing.
     wait_until_not_driven(&runs, &run.id).await;
     let again = runs.cancel(&run.id, Some(OWNER)).await;
@@ -506,7 +527,9 @@ async fn takeover_pauses_the_agent_and_hand_back_resumes_it() {
         )
         .await;
     held.reached().await;
-    let gate = f.h.sandboxes.control_gate(&sandbox.id);
+    let gate =
+        f.h.sandboxes
+            .control_gate(&f.h.row(&sandbox.id).await.expect("the sandbox's row"));
     assert!(!*gate.borrow(), "closed while the agent drives");
 
     // Asked while an action is in flight: answered once it finished and the agent paused.
@@ -560,6 +583,94 @@ async fn takeover_pauses_the_agent_and_hand_back_resumes_it() {
     // Every key pressed once, in order: nothing skipped, nothing repeated.
     assert_eq!(pressed(&fake), keys);
     assert!(*gate.borrow(), "the person has the desktop back");
+}
+
+/// Another replica receives the person's calls for a run this one drives (issue 25): they are
+/// passed through the database, carried out here, and answered there as if local.
+#[tokio::test]
+async fn calls_for_a_run_another_replica_drives_are_carried_out_by_the_driver() {
+    let f = Fixture::new(LONG_LEASE).await;
+    let driver = f.process();
+    let other = f.replica("rep-other");
+    // The driver's replica is alive (the server writes this row at start and every 2 s).
+    f.h.store
+        .register_replica("test-instance", "boot", None, f.h.clock.now_ms())
+        .await
+        .expect("the driver's replica row");
+    let (sandbox, fake) = f.sandbox().await;
+    let keys = ["a", "b", "c", "d", "e", "f"];
+    let mut steps = presses(&keys);
+    steps.push(final_step("done"));
+    let mut held = fake.hold_next_action();
+    let run = f
+        .start(
+            &driver,
+            &f.script("relayed", json!(steps)),
+            Some(&sandbox.id),
+        )
+        .await;
+    held.reached().await;
+    // The driver looks for passed commands (the server does every 200 ms).
+    let relaying = tokio::spawn({
+        let driver = driver.clone();
+        async move {
+            loop {
+                let _ = driver.relay_commands_once().await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    });
+
+    // Another key sees nothing through the other replica either.
+    let foreign = other.take_over(&run.id, Some("someone-else")).await;
+    assert!(matches!(foreign, Err(RunError::NotFound(_))), "{foreign:?}");
+
+    let take_over = tokio::spawn({
+        let other = other.clone();
+        let id = run.id.clone();
+        async move { other.take_over(&id, Some(OWNER)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    held.release();
+    let paused = take_over
+        .await
+        .unwrap()
+        .expect("the takeover, through the other replica");
+    assert_eq!(paused.status, RunStatus::Paused);
+    assert!(
+        driver.subscribe(&run.id).is_some(),
+        "still driven by the first"
+    );
+    // A refusal comes back as the driver's: no question was asked, so no answer is taken.
+    let answer = other.answer(&run.id, Some(OWNER), "yes".into()).await;
+    assert!(matches!(answer, Err(RunError::Conflict(_))), "{answer:?}");
+
+    let resumed = other
+        .hand_back(&run.id, Some(OWNER), Some("over to you".into()))
+        .await
+        .expect("the hand-back, through the other replica");
+    assert!(
+        matches!(resumed.status, RunStatus::Running | RunStatus::Completed),
+        "{:?}",
+        resumed.status
+    );
+    let events = f.events(&run.id).await;
+    assert!(events.iter().any(|(_, e)| matches!(
+        e,
+        RunEvent::ControlReturned { note: Some(note) } if note == "over to you"
+    )));
+    if f.run(&run.id).await.status == RunStatus::Running {
+        let canceled = other.cancel(&run.id, Some(OWNER)).await;
+        assert!(
+            matches!(
+                canceled.as_ref().map(|r| r.status),
+                Ok(RunStatus::Canceled | RunStatus::Completed) | Err(RunError::Conflict(_))
+            ),
+            "{canceled:?}"
+        );
+    }
+    relaying.abort();
+    check_log(&f.events(&run.id).await);
 }
 
 #[tokio::test]

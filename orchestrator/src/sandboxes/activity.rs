@@ -1,6 +1,10 @@
 //! Activity per sandbox, for the idle reaper: the last time something real happened (a proxied
 //! API call, a VNC or CDP session, work reported in flight by sandboxd) and how many sessions
 //! are open right now. The orchestrator's own heartbeat is not activity.
+//!
+//! The reaper may run in another replica ([`crate::replicas`]), so what happens here is written
+//! to the database now and then ([`ActivityTracker::unwritten`]); an open session counts as
+//! activity at each write.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,6 +15,8 @@ use crate::clock::Clock;
 struct Entry {
     last_ms: i64,
     holds: usize,
+    /// The last activity written to the database.
+    written_ms: i64,
 }
 
 /// Activity of every live sandbox.
@@ -54,6 +60,16 @@ impl ActivityTracker {
         }
     }
 
+    /// Starts tracking a sandbox whose last activity, as the database has it, was at
+    /// `last_ms` (nothing to write back).
+    pub fn adopt(&self, id: &str, last_ms: i64) {
+        if let Ok(mut entries) = self.entries.lock() {
+            let entry = entries.entry(id.to_string()).or_default();
+            entry.last_ms = entry.last_ms.max(last_ms);
+            entry.written_ms = entry.written_ms.max(last_ms);
+        }
+    }
+
     /// Records activity now.
     pub fn touch(&self, id: &str) {
         self.seed(id, self.clock.now_ms());
@@ -76,6 +92,24 @@ impl ActivityTracker {
     pub fn get(&self, id: &str) -> Option<(i64, usize)> {
         let entries = self.entries.lock().ok()?;
         entries.get(id).map(|e| (e.last_ms, e.holds))
+    }
+
+    /// What to write to the database: per sandbox with activity since the last write, or a
+    /// session open now (activity now), the time to write; each counts as written.
+    pub fn unwritten(&self) -> Vec<(String, i64)> {
+        let now = self.clock.now_ms();
+        let Ok(mut entries) = self.entries.lock() else {
+            return Vec::new();
+        };
+        let mut due = Vec::new();
+        for (id, entry) in entries.iter_mut() {
+            let at = if entry.holds > 0 { now } else { entry.last_ms };
+            if at > entry.written_ms {
+                entry.written_ms = at;
+                due.push((id.clone(), at));
+            }
+        }
+        due
     }
 
     /// The sandboxes tracked now.
@@ -111,5 +145,20 @@ mod tests {
         assert_eq!(tracker.get("a").unwrap().1, 0);
         tracker.forget("a");
         assert_eq!(tracker.get("a"), None);
+    }
+
+    #[test]
+    fn activity_is_written_once_and_open_sessions_count_at_every_write() {
+        let tracker = ActivityTracker::new(Arc::new(crate::clock::SystemClock));
+        tracker.seed("a", 5);
+        assert_eq!(tracker.unwritten(), vec![("a".to_string(), 5)]);
+        assert!(tracker.unwritten().is_empty(), "written already");
+        let _hold = tracker.hold("b");
+        let first = tracker.unwritten();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].0, "b");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let second = tracker.unwritten();
+        assert!(second[0].1 > first[0].1, "an open session is activity now");
     }
 }

@@ -490,7 +490,7 @@ impl Sandboxes {
                 self.store
                     .unmark_hibernating(id, SandboxStatus::Ready, None)
                     .await?;
-                self.activity.seed(id, record.last_active_at);
+                self.activity.adopt(id, record.last_active_at);
                 tracing::info!(sandbox_id = %id, "a hibernation a crash interrupted was undone");
                 return Ok(true);
             }

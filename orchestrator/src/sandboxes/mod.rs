@@ -23,6 +23,7 @@
 
 pub mod activity;
 pub mod cluster;
+pub mod control_gate;
 pub mod hibernate;
 pub mod pause;
 pub mod pool;
@@ -207,6 +208,12 @@ pub struct Sandboxes {
     pub(crate) pool: Pool,
     /// This orchestrator's instance label: the sandboxes it runs.
     pub(crate) instance: String,
+    /// This process's replica among those sharing the database ([`crate::replicas`]).
+    pub(crate) replica: String,
+    /// This process (a new id at every start of the replica).
+    pub(crate) boot: String,
+    /// The duties this replica takes turns at with its peers.
+    pub(crate) duties: crate::replicas::Duties,
     /// Live proxied sessions and their authority.
     pub(crate) sessions: Arc<Sessions>,
     /// Sandboxes being deleted right now (so the API and the reaper do not race).
@@ -215,7 +222,7 @@ pub struct Sandboxes {
     starts: tokio::sync::Semaphore,
     /// Per sandbox: whether control viewers' input reaches the desktop (a run closes it while
     /// its agent drives and opens it when a person takes over).
-    control_gates: Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<bool>>>,
+    pub(crate) control_gates: Arc<control_gate::ControlGates>,
     /// Held from counting a key's sandboxes to recording the new one, so two creates cannot
     /// both pass the quota with one place left.
     quota: tokio::sync::Mutex<()>,
@@ -294,6 +301,9 @@ impl Sandboxes {
         let pool = Pool::new(settings.image.clone(), settings.pool_size);
         let starts = tokio::sync::Semaphore::new(settings.max_concurrent_starts.max(1));
         let homes = crate::homes::HomeStore::new(&settings.data_dir);
+        let replica = settings.replica.clone().unwrap_or_else(|| instance.clone());
+        let duties =
+            crate::replicas::Duties::new(store.clone(), replica.clone(), seams.clock.clone());
         Arc::new(Self {
             store,
             backend: seams.backend,
@@ -306,10 +316,13 @@ impl Sandboxes {
             keyring,
             pool,
             instance,
+            replica,
+            boot: crate::secret::new_id("boot"),
+            duties,
             sessions: Sessions::new(),
             deleting: Mutex::new(HashSet::new()),
             starts,
-            control_gates: Mutex::new(std::collections::HashMap::new()),
+            control_gates: control_gate::ControlGates::new(),
             quota: tokio::sync::Mutex::new(()),
             transitions: Mutex::new(std::collections::HashMap::new()),
             lifecycle: tokio::sync::broadcast::Sender::new(64),
@@ -317,26 +330,17 @@ impl Sandboxes {
         })
     }
 
-    /// The gate control viewers' input passes through (open unless a run closed it).
-    pub fn control_gate(&self, sandbox_id: &str) -> tokio::sync::watch::Receiver<bool> {
-        match self.control_gates.lock() {
-            Ok(mut gates) => gates
-                .entry(sandbox_id.to_string())
-                .or_insert_with(|| tokio::sync::watch::channel(true).0)
-                .subscribe(),
-            // A poisoned lock: fail closed.
-            Err(_) => tokio::sync::watch::channel(false).1,
-        }
+    /// The gate control viewers' input passes through (open unless a run closed it), for a
+    /// sandbox whose row was just read.
+    pub fn control_gate(&self, record: &SandboxRecord) -> tokio::sync::watch::Receiver<bool> {
+        self.control_gates
+            .subscribe(&record.id, record.control_open)
     }
 
-    /// Opens or closes the control gate of a sandbox; open sessions follow at once.
+    /// Opens or closes the control gate of a sandbox; open sessions follow at once, those
+    /// through other replicas within a second.
     pub fn set_control_input(&self, sandbox_id: &str, open: bool) {
-        if let Ok(mut gates) = self.control_gates.lock() {
-            gates
-                .entry(sandbox_id.to_string())
-                .or_insert_with(|| tokio::sync::watch::channel(open).0)
-                .send_replace(open);
-        }
+        self.control_gates.set(&self.store, sandbox_id, open);
     }
 
     /// The sandboxes being removed right now.
@@ -554,6 +558,8 @@ impl Sandboxes {
                 idle_pause_secs: idle_pause,
                 hibernated_at: None,
                 idle_hibernate_secs: idle_hibernate,
+                replica: None,
+                control_open: true,
             };
             // The quota is counted by the claim's write itself (one round trip).
             let limit = (limit > 0).then_some(limit);
@@ -610,6 +616,8 @@ impl Sandboxes {
             idle_pause_secs: idle_pause,
             hibernated_at: None,
             idle_hibernate_secs: idle_hibernate,
+            replica: Some(self.replica.clone()),
+            control_open: true,
         };
         self.store.insert_sandbox(&record).await?;
         drop(quota);
@@ -961,9 +969,7 @@ impl Sandboxes {
                 return Ok(None);
             };
             if current.status != SandboxStatus::Lost {
-                self.store
-                    .set_status(&current.id, SandboxStatus::Deleting, None, None)
-                    .await?;
+                self.store.mark_deleting(&current.id, &self.replica).await?;
             }
             // Its browser profile is saved while the browser (or its kept home) is still there.
             self.save_held_profile(&current).await;
@@ -988,9 +994,7 @@ impl Sandboxes {
                 self.activity.forget(&record.id);
                 self.pool.forget(&record.id);
                 self.forget_transitions(&record.id);
-                if let Ok(mut gates) = self.control_gates.lock() {
-                    gates.remove(&record.id);
-                }
+                self.control_gates.forget(&record.id);
                 if let Some(was) = removed {
                     if *was != SandboxStatus::Lost {
                         self.metrics.sandbox_ended(reason);

@@ -12,6 +12,11 @@
 //! image, resolution and home), carry its id in their metadata, and serve only creates that
 //! name it (by the key that owns it: a create names only its own snapshots). A member of
 //! another source (the flag changed across a restart) is never adopted.
+//!
+//! With several replicas on one database ([`crate::replicas`]) one of them refills (the
+//! [`Duty::PoolRefill`] lease) and every one claims: each keeps its queue in step with the
+//! database (every second, and whenever its queue is empty at a claim), and the claim's
+//! conditional `UPDATE` lets one replica win a member two of them tried.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -24,6 +29,7 @@ use tokio::sync::Notify;
 use super::{SandboxError, Sandboxes};
 use crate::db::{SandboxRecord, SandboxStatus};
 use crate::lull::Lull;
+use crate::replicas::Duty;
 use crate::secret::new_id;
 
 /// The metadata key naming the snapshot a pool member started from.
@@ -54,6 +60,9 @@ pub struct Pool {
 
 /// The refill waits at most this long for a quiet moment.
 const REFILL_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// How often a replica that does not refill reads the members its peer made.
+const FOLLOWER_SYNC: Duration = Duration::from_secs(1);
 
 impl Pool {
     pub fn new(image: String, target: usize) -> Self {
@@ -103,7 +112,9 @@ impl Pool {
 
     /// Adds a ready member (after creation, or adopted at start).
     pub fn push(&self, record: SandboxRecord) {
-        if let Ok(mut ready) = self.ready.lock() {
+        if let Ok(mut ready) = self.ready.lock()
+            && !ready.iter().any(|r| r.id == record.id)
+        {
             ready.push_back(record);
         }
     }
@@ -115,6 +126,34 @@ impl Pool {
             .lock()
             .map(|r| r.iter().map(|m| m.id.clone()).collect())
             .unwrap_or_default()
+    }
+
+    /// Makes the queue what the database holds (`members`: every live member of this
+    /// instance, oldest first): members a peer made join it, members claimed or removed
+    /// elsewhere leave it; the queued ones keep their order. Members of another source are not
+    /// this pool's.
+    pub fn sync(&self, members: Vec<SandboxRecord>) {
+        let members: Vec<SandboxRecord> = members.into_iter().filter(|m| self.made(m)).collect();
+        let Ok(mut ready) = self.ready.lock() else {
+            return;
+        };
+        let present: std::collections::HashSet<&str> =
+            members.iter().map(|m| m.id.as_str()).collect();
+        ready.retain(|r| present.contains(r.id.as_str()));
+        let queued: std::collections::HashSet<String> =
+            ready.iter().map(|r| r.id.clone()).collect();
+        for member in members {
+            if !queued.contains(&member.id) {
+                ready.push_back(member);
+            }
+        }
+    }
+
+    /// Reads the members from the database into the queue ([`Pool::sync`]).
+    async fn sync_from(&self, service: &Sandboxes) -> Result<(), SandboxError> {
+        let members = service.store.pool_members(&service.instance).await?;
+        self.sync(members);
+        Ok(())
     }
 
     /// Drops a member that went away.
@@ -140,6 +179,10 @@ impl Pool {
         make: impl Fn(String) -> SandboxRecord,
     ) -> Result<Option<SandboxRecord>, SandboxError> {
         let sql_limit = limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX));
+        if self.ready_count() == 0 && self.target > 0 {
+            // Another replica may have made members since this one last looked.
+            self.sync_from(service).await?;
+        }
         // Each member queued now is tried at most once.
         let mut tries = self.ready_count();
         while tries > 0 {
@@ -217,6 +260,16 @@ impl Pool {
                 .saturating_sub(pool.ready_count() + pool.filling.load(Ordering::Acquire))
         };
         loop {
+            // One replica refills (the duty's holder); every replica claims, from a queue
+            // kept in step with the database.
+            if let Err(error) = pool.sync_from(&service).await {
+                tracing::warn!(%error, "warm pool: reading the members failed");
+            }
+            if !service.duties.mine(Duty::PoolRefill).await {
+                service.metrics.pool_ready.set(pool.ready_count() as i64);
+                let _ = tokio::time::timeout(FOLLOWER_SYNC, pool.wake.notified()).await;
+                continue;
+            }
             // Starting a member is kernel work on every core (namespaces, a veth pair, iptables
             // rules, the container's processes), and claims that come in a burst would wait
             // behind it for a core: each claim used to set off its member's start at once, and
@@ -262,7 +315,8 @@ impl Pool {
             } else if missing == 0 {
                 backoff = Duration::from_secs(1);
             }
-            let _ = tokio::time::timeout(Duration::from_secs(5), pool.wake.notified()).await;
+            // Woken by a claim here, or after a while to see claims made by peers.
+            let _ = tokio::time::timeout(FOLLOWER_SYNC, pool.wake.notified()).await;
         }
     }
 }
@@ -341,6 +395,8 @@ impl Sandboxes {
             idle_pause_secs: self.settings.idle_pause_secs,
             hibernated_at: None,
             idle_hibernate_secs: self.settings.idle_hibernate_secs,
+            replica: Some(self.replica.clone()),
+            control_open: true,
         };
         self.start(record, restore).await
     }

@@ -15,7 +15,11 @@
 //!   session in the database, so a key, token or sandbox ended by another instance sharing the
 //!   database ends this instance's sessions too.
 //!
-//! Each pass only looks at this instance's sandboxes.
+//! Each pass only looks at this instance's sandboxes. With several replicas on one database
+//! ([`crate::replicas`]) the reaper and the heartbeat run in the replica holding their duty's
+//! lease; the reaper also undoes the creates of replicas that are gone, and leaves deletions a
+//! live peer is doing to it. Every replica writes the activity it saw to the database
+//! ([`Sandboxes::write_activity_forever`]), where the reaper reads it.
 //!
 //! Idleness is "no activity for `idle_timeout_secs` and no open session through the proxies".
 
@@ -28,12 +32,16 @@ use std::time::Duration;
 
 use super::{EndReason, Sandboxes};
 use crate::db::{SandboxFilter, SandboxRecord, SandboxStatus};
+use crate::replicas::Duty;
 
 /// How often the session sweeper re-checks open sessions.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the reaper asks the platform to remove what gone containers left behind.
 const COLLECT_GARBAGE_EVERY: Duration = Duration::from_secs(60);
+
+/// How often each replica writes the activity it saw to the database.
+const ACTIVITY_WRITE_EVERY: Duration = Duration::from_secs(1);
 
 impl Sandboxes {
     /// Runs the reaper until the process ends.
@@ -43,14 +51,45 @@ impl Sandboxes {
         let mut last_collection = tokio::time::Instant::now();
         loop {
             tick.tick().await;
+            if !self.duties.mine(Duty::Reaper).await {
+                continue;
+            }
             if let Err(error) = self.reap_once().await {
                 tracing::warn!(%error, "reaper pass failed");
             }
             if last_collection.elapsed() >= COLLECT_GARBAGE_EVERY {
                 last_collection = tokio::time::Instant::now();
-                if let Err(error) = self.backend.collect_garbage().await {
+                let collected = match self.duties.live_peers().await {
+                    Ok(peers) => self
+                        .backend
+                        .collect_garbage(&peers)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(error) => Err(error.to_string()),
+                };
+                if let Err(error) = collected {
                     tracing::warn!(%error, "collecting what gone containers left failed");
                 }
+            }
+        }
+    }
+
+    /// Writes the activity this replica saw to the database every [`ACTIVITY_WRITE_EVERY`],
+    /// until the process ends (the reaper may be another replica's).
+    pub async fn write_activity_forever(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(ACTIVITY_WRITE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.write_activity_once().await;
+        }
+    }
+
+    /// Writes the activity seen since the last write.
+    pub async fn write_activity_once(&self) {
+        for (id, at) in self.activity.unwritten() {
+            if let Err(error) = self.store.touch(&id, at).await {
+                tracing::warn!(sandbox_id = %id, %error, "writing the sandbox's activity failed");
             }
         }
     }
@@ -61,6 +100,9 @@ impl Sandboxes {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            if !self.duties.mine(Duty::Heartbeat).await {
+                continue;
+            }
             if let Err(error) = self.heartbeat_once().await {
                 tracing::warn!(%error, "heartbeat pass failed");
             }
@@ -121,11 +163,13 @@ impl Sandboxes {
                 tokens.insert(token.clone(), live);
             }
             if !sandboxes.contains_key(&authority.sandbox_id) {
-                let live = self
-                    .store
-                    .sandbox(&authority.sandbox_id)
-                    .await?
-                    .is_some_and(|s| s.status.is_live());
+                let record = self.store.sandbox(&authority.sandbox_id).await?;
+                if let Some(record) = &record {
+                    // The driving replica may be another one.
+                    self.control_gates
+                        .apply_stored(&record.id, record.control_open);
+                }
+                let live = record.is_some_and(|s| s.status.is_live());
                 sandboxes.insert(authority.sandbox_id.clone(), live);
             }
         }
@@ -185,7 +229,9 @@ impl Sandboxes {
     /// One reaper pass.
     pub async fn reap_once(&self) -> Result<(), super::SandboxError> {
         let records = self.store.list_sandboxes(&self.mine(None)).await?;
+        let peers = self.duties.live_peers().await?;
         let now = self.clock.now_ms();
+        let mut abandoned = Vec::new();
         let mut live = 0;
         let mut paused = 0;
         let mut hibernated = 0;
@@ -226,6 +272,10 @@ impl Sandboxes {
                 }
                 // Under way in this process (or finished by reconcile after a crash).
                 SandboxStatus::Hibernating | SandboxStatus::Waking => {}
+                SandboxStatus::Deleting
+                    if self
+                        .duties
+                        .in_progress_elsewhere(record.replica.as_deref(), &peers) => {}
                 SandboxStatus::Deleting => removals.push((record, EndReason::Deleted)),
                 SandboxStatus::Lost => {
                     let ended = record.ended_at.unwrap_or(record.last_active_at);
@@ -233,8 +283,20 @@ impl Sandboxes {
                         removals.push((record, EndReason::Lost));
                     }
                 }
-                SandboxStatus::Creating => {}
+                // Being created here or by a live peer; a gone replica's is undone.
+                SandboxStatus::Creating => {
+                    if record.replica.as_deref().is_some_and(|r| r != self.replica)
+                        && !self
+                            .duties
+                            .in_progress_elsewhere(record.replica.as_deref(), &peers)
+                    {
+                        abandoned.push(record);
+                    }
+                }
             }
+        }
+        if !abandoned.is_empty() {
+            self.undo_abandoned_creates(abandoned).await?;
         }
         self.metrics.sandboxes_live.set(live);
         self.metrics.sandboxes_paused.set(paused);

@@ -15,6 +15,11 @@
 //!
 //! Only this instance's records and containers are considered; rows written before rows named
 //! their instance are first given to this instance.
+//!
+//! Several replicas may share the instance ([`crate::replicas`]): a create or a delete a live
+//! peer is doing is its own (left alone here); the creates of a replica that is gone are undone
+//! by the reaper ([`Sandboxes::undo_abandoned_creates`]), its deletions finished by it. What the
+//! platform holds for a live peer's start (a network, a secret) is left to it too.
 
 use std::collections::HashMap;
 
@@ -33,6 +38,10 @@ pub struct ReconcileReport {
 impl Sandboxes {
     pub async fn reconcile(&self) -> Result<ReconcileReport, SandboxError> {
         let mut report = ReconcileReport::default();
+        let peers = self.duties.live_peers().await?;
+        if !peers.is_empty() {
+            tracing::info!(peers = ?peers, "other replicas are running; their work in progress is theirs");
+        }
         let adopted = self.store.adopt_unassigned(&self.instance).await?;
         if adopted > 0 {
             tracing::info!(adopted, instance = %self.instance, "rows without an instance now belong to this one");
@@ -58,9 +67,21 @@ impl Sandboxes {
                 }
             }
         }
+        if let Err(error) = self.backend.collect_garbage(&peers).await {
+            tracing::warn!(%error, "collecting what gone containers left failed");
+        }
         let now = self.clock.now_ms();
         for mut record in records {
             let container = by_sandbox.remove(&record.id);
+            if matches!(
+                record.status,
+                SandboxStatus::Creating | SandboxStatus::Deleting
+            ) && self
+                .duties
+                .in_progress_elsewhere(record.replica.as_deref(), &peers)
+            {
+                continue;
+            }
             match (record.status, container) {
                 // Frozen or thawed behind the lifecycle's back (or a pause whose row was not
                 // written): the row follows the container.
@@ -77,7 +98,7 @@ impl Sandboxes {
                     if !container.paused {
                         self.store.mark_resumed(&record.id, now).await?;
                     }
-                    self.activity.seed(&record.id, record.last_active_at);
+                    self.activity.adopt(&record.id, record.last_active_at);
                     tracing::info!(sandbox_id = %record.id, paused = container.paused, "adopted a paused sandbox");
                     report.adopted += 1;
                 }
@@ -109,7 +130,7 @@ impl Sandboxes {
                         record.address = Some(address.clone());
                     }
                     record.container_id = Some(container.container_id.clone());
-                    self.activity.seed(&record.id, record.last_active_at);
+                    self.activity.adopt(&record.id, record.last_active_at);
                     tracing::info!(sandbox_id = %record.id, pooled = record.pooled, "adopted a running sandbox");
                     if record.pooled {
                         self.pool.push(record);
@@ -178,6 +199,29 @@ impl Sandboxes {
 }
 
 impl Sandboxes {
+    /// Undoes the creates a replica that is gone left unfinished: their containers (found by
+    /// their sandbox label: the row may not name the container yet) and their rows.
+    pub(crate) async fn undo_abandoned_creates(
+        &self,
+        records: Vec<crate::db::SandboxRecord>,
+    ) -> Result<(), SandboxError> {
+        let containers = self.backend.list().await?;
+        for record in records {
+            tracing::warn!(sandbox_id = %record.id, replica = record.replica.as_deref().unwrap_or(""), "undoing a create whose replica is gone");
+            for container in containers
+                .iter()
+                .filter(|c| c.sandbox_id.as_deref() == Some(record.id.as_str()))
+            {
+                self.backend.remove(&container.container_id).await?;
+            }
+            if self.store.delete_sandbox(&record.id).await? {
+                let _ = self.store.release_profile(&record.id).await;
+                self.metrics.sandbox_ended(EndReason::Failed);
+            }
+        }
+        Ok(())
+    }
+
     /// Removes what a crash left of kept archives: half-written ones, snapshots that were being
     /// taken, and whole ones no sandbox, snapshot or profile refers to; frees the profiles of
     /// sandboxes that are gone.

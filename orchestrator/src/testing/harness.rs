@@ -121,6 +121,8 @@ impl Harness {
             idle_pause_secs: None,
             hibernated_at: None,
             idle_hibernate_secs: None,
+            replica: None,
+            control_open: true,
         }
     }
 

@@ -96,6 +96,8 @@ impl Console {
                 idle_pause_secs: None,
                 hibernated_at: None,
                 idle_hibernate_secs: None,
+                replica: None,
+                control_open: true,
             })
             .await
             .expect("a sandbox row");

@@ -4,11 +4,10 @@
 //! goes away for a while.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use agentbox_tests::postgres::Postgres;
+use anyhow::{Context, ensure};
 use orchestrator::auth::ApiKeys;
 use orchestrator::db::{
     ApiKeyRecord, ArtifactRecord, ConsoleSessionRecord, RunFilter, RunInsert, RunRecord, RunStatus,
@@ -18,7 +17,7 @@ use orchestrator::db::{
 
 use crate::common::{ADMIN_KEY, Options, Orchestrator};
 
-fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
+pub(crate) fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
     SandboxRecord {
         id: id.into(),
         owner_key_id: owner.map(str::to_owned),
@@ -48,6 +47,8 @@ fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRecord {
         idle_pause_secs: (!pooled).then_some(45),
         hibernated_at: None,
         idle_hibernate_secs: None,
+        replica: None,
+        control_open: true,
     }
 }
 
@@ -66,6 +67,7 @@ async fn exercise(url: &str) -> anyhow::Result<()> {
     the_key_registry_bootstraps_once_authenticates_and_revokes(&store).await?;
     exercise_runs(&store).await?;
     exercise_console_sessions(&store).await?;
+    crate::store_replicas::exercise(&store).await?;
     store.close().await;
     Ok(())
 }
@@ -485,7 +487,12 @@ async fn exercise_console_sessions(store: &Store) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_record(id: &str, sandbox: Option<&str>, key: Option<&str>, lease: &str) -> RunRecord {
+pub(crate) fn run_record(
+    id: &str,
+    sandbox: Option<&str>,
+    key: Option<&str>,
+    lease: &str,
+) -> RunRecord {
     RunRecord {
         id: id.into(),
         owner_key_id: "key-1".into(),
@@ -865,123 +872,12 @@ async fn the_store_works_on_sqlite() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A throwaway Postgres cluster, stopped and deleted on drop.
-struct Postgres {
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    port: u16,
-    /// The server's options (port, socket directory, loopback only).
-    options: String,
-}
-
-impl Postgres {
-    fn start() -> anyhow::Result<Self> {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .context(
-                "Postgres is not installed: apt-get install postgresql (scripts/test.sh does)",
-            )?
-            .filter_map(Result::ok)
-            .map(|e| e.path().join("bin"))
-            .find(|p| p.join("initdb").exists())
-            .context("no initdb under /usr/lib/postgresql/*/bin")?;
-        let dir = tempfile::Builder::new().prefix("agentbox-pg-").tempdir()?;
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-            listener.local_addr()?.port()
-        };
-        let data = dir.path().join("data");
-        let path = dir.path().display().to_string();
-        run(Command::new("chown").args(["postgres:postgres", &path]))?;
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(bin.join("initdb"))
-            .args(["-A", "trust", "-U", "postgres", "-D"])
-            .arg(&data))?;
-        let options = format!("-p {port} -k {path} -c listen_addresses=127.0.0.1 -c fsync=off");
-        let postgres = Self {
-            dir,
-            bin,
-            port,
-            options,
-        };
-        postgres.start_server()?;
-        Ok(postgres)
-    }
-
-    /// Starts the server (again) and waits until it accepts connections.
-    fn start_server(&self) -> anyhow::Result<()> {
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .args(["-D"])
-            .arg(self.dir.path().join("data"))
-            .args(["-o", &self.options, "-l"])
-            .arg(self.dir.path().join("log"))
-            .args(["-w", "-t", "60", "start"]))
-    }
-
-    /// Stops the server at once, as a crash would (connections cut, no checkpoint).
-    fn stop_server(&self) -> anyhow::Result<()> {
-        run(Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(self.bin.join("pg_ctl"))
-            .arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-m", "immediate", "-w", "stop"]))
-    }
-
-    /// Waits until a store can connect (pg_ctl -w has returned; allow a moment anyway).
-    async fn wait_accepting(&self) -> anyhow::Result<()> {
-        let mut attempts = 0;
-        loop {
-            match Store::connect(&self.url()).await {
-                Ok(store) => {
-                    store.close().await;
-                    return Ok(());
-                }
-                Err(error) if attempts < 20 => {
-                    attempts += 1;
-                    eprintln!("waiting for Postgres: {error}");
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = self.stop_server();
-    }
-}
-
-/// Runs a host program (initdb, pg_ctl...) and waits for it.
-// The test process reaps nothing but its own children: std waits for them.
-#[allow(clippy::disallowed_methods)]
-fn run(command: &mut Command) -> anyhow::Result<()> {
-    let output = command
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    if !output.status.success() {
-        bail!(
-            "{command:?} failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(())
-}
-
 #[tokio::test]
 async fn the_store_works_on_postgres() -> anyhow::Result<()> {
     let postgres = Postgres::start()?;
     postgres.wait_accepting().await?;
-    exercise(&postgres.url()).await
+    exercise(&postgres.url()).await?;
+    crate::store_replicas::appends_are_announced_to_other_replicas(&postgres.url()).await
 }
 
 /// Postgres stopped under a running orchestrator (issue 25, item 3): once it notices (it asks

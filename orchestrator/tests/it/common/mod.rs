@@ -31,6 +31,19 @@ pub struct Options {
     pub shared_data_dir: Option<PathBuf>,
     /// Extra environment for the process.
     pub env: Vec<(String, String)>,
+    /// `--replica`.
+    pub replica: Option<String>,
+    /// Serve another orchestrator's installation (its instance, network and data directory:
+    /// another replica beside it; give both a `database_url` and a `replica`).
+    pub replica_of: Option<Peer>,
+}
+
+/// What a second replica shares with a running orchestrator.
+#[derive(Clone)]
+pub struct Peer {
+    pub instance: String,
+    pub network: String,
+    pub data_dir: PathBuf,
 }
 
 impl Default for Options {
@@ -43,6 +56,8 @@ impl Default for Options {
             database_url: None,
             shared_data_dir: None,
             env: Vec::new(),
+            replica: None,
+            replica_of: None,
         }
     }
 }
@@ -77,16 +92,26 @@ impl Orchestrator {
         if docker(&["image", "inspect", &image]).is_err() {
             bail!("image {image} is missing: build it with images/build.sh");
         }
-        let instance = format!("test-{:x}", rand_u64());
         let data = tempfile::tempdir()?;
-        let data_dir = options
-            .shared_data_dir
-            .clone()
-            .unwrap_or_else(|| data.path().join("data"));
+        let (instance, network, data_dir) = match &options.replica_of {
+            Some(peer) => (
+                peer.instance.clone(),
+                peer.network.clone(),
+                peer.data_dir.clone(),
+            ),
+            None => {
+                let instance = format!("test-{:x}", rand_u64());
+                let data_dir = options
+                    .shared_data_dir
+                    .clone()
+                    .unwrap_or_else(|| data.path().join("data"));
+                (instance.clone(), format!("agentbox-{instance}"), data_dir)
+            }
+        };
         let mut orchestrator = Self {
             child: None,
             url: String::new(),
-            network: format!("agentbox-{instance}"),
+            network,
             instance,
             data_dir,
             _data: data,
@@ -126,6 +151,9 @@ impl Orchestrator {
             .stderr(Stdio::piped());
         if let Some(url) = &self.options.database_url {
             command.env("DATABASE_URL", url);
+        }
+        if let Some(replica) = &self.options.replica {
+            command.args(["--replica", replica]);
         }
         for (name, value) in &self.options.env {
             command.env(name, value);
@@ -177,6 +205,15 @@ impl Orchestrator {
 
     pub fn log_text(&self) -> String {
         self.logs.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// What another replica beside this one shares with it.
+    pub fn peer(&self) -> Peer {
+        Peer {
+            instance: self.instance.clone(),
+            network: self.network.clone(),
+            data_dir: self.data_dir.clone(),
+        }
     }
 
     /// SIGKILL, no cleanup.
