@@ -25,7 +25,7 @@ pub use console::ConsoleSessionRecord;
 pub use credentials::CredentialRecord;
 pub use homes::{SnapshotRecord, SnapshotStatus};
 pub use profiles::{ProfileRecord, ProfileTake};
-pub use replicas::ReplicaRecord;
+pub use replicas::{QuotaInsert, ReplicaRecord};
 pub use run_commands::RunCommandRecord;
 pub use runs::{
     ArtifactRecord, EventRecord, RunFilter, RunInsert, RunRecord, RunStatus, StatusChange,
@@ -588,43 +588,7 @@ impl Store {
     // ---- sandboxes ----
 
     pub async fn insert_sandbox(&self, s: &SandboxRecord) -> Result<()> {
-        let sql = format!(
-            "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-             $20, $21, $22, $23, $24, $25, $26, $27)"
-        );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(&s.id)
-            .bind(&s.owner_key_id)
-            .bind(&s.image)
-            .bind(s.status.as_str())
-            .bind(s.pooled as i64)
-            .bind(&s.container_id)
-            .bind(&s.address)
-            .bind(s.legacy_key.as_deref().unwrap_or(""))
-            .bind(&s.resolution)
-            .bind(to_json(&s.env))
-            .bind(to_json(&s.metadata))
-            .bind(s.idle_timeout_secs)
-            .bind(s.max_lifetime_secs)
-            .bind(s.created_at)
-            .bind(s.ready_at)
-            .bind(s.expires_at)
-            .bind(s.last_active_at)
-            .bind(s.ended_at)
-            .bind(&s.error)
-            .bind(&s.instance)
-            .bind(s.paused_at)
-            .bind(s.auto_resume as i64)
-            .bind(s.idle_pause_secs)
-            .bind(s.hibernated_at)
-            .bind(s.idle_hibernate_secs)
-            .bind(&s.replica)
-            .bind(s.control_open as i64)
-            .execute(&self.writer)
-            .await
-            .map_err(query_error("insert sandbox"))?;
-        Ok(())
+        insert_sandbox_in(&self.writer, s).await
     }
 
     pub async fn sandbox(&self, id: &str) -> Result<Option<SandboxRecord>> {
@@ -781,7 +745,7 @@ impl Store {
             .await
             .map_err(query_error("claim pooled sandbox"))?;
         let writer_wait = started.elapsed();
-        let done = sqlx::query(
+        let claim = sqlx::query(
             "UPDATE sandboxes SET pooled = 0, owner_key_id = $1, metadata = $2, \
              idle_timeout_secs = $3, max_lifetime_secs = $4, created_at = $5, expires_at = $6, \
              last_active_at = $7, auto_resume = $10, idle_pause_secs = $11, \
@@ -802,10 +766,27 @@ impl Store {
         .bind(limit)
         .bind(claimed.auto_resume as i64)
         .bind(claimed.idle_pause_secs)
-        .bind(claimed.idle_hibernate_secs)
-        .execute(&mut *writer)
-        .await
-        .map_err(query_error("claim pooled sandbox"))?;
+        .bind(claimed.idle_hibernate_secs);
+        let done = match (&claimed.owner_key_id, limit) {
+            // Postgres counts the key's sandboxes in its own snapshot: two replicas' claims
+            // at once could both see one place left, so the key's claims and creates take
+            // turns there (SQLite has one writer).
+            (Some(owner), Some(_)) if !self.is_sqlite => {
+                use sqlx::Connection;
+                let mut tx = writer.begin().await.map_err(query_error("begin"))?;
+                replicas::lock_key_quota(&mut tx, owner).await?;
+                let done = claim
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error("claim pooled sandbox"))?;
+                tx.commit().await.map_err(query_error("commit claim"))?;
+                done
+            }
+            _ => claim
+                .execute(&mut *writer)
+                .await
+                .map_err(query_error("claim pooled sandbox"))?,
+        };
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         tracing::debug!(
             sandbox_id = %claimed.id,
@@ -1081,6 +1062,50 @@ fn token_from_row(row: &AnyRow) -> Result<TokenRecord> {
         revoked_at: get(row, "revoked_at")?,
         run_id: get(row, "run_id")?,
     })
+}
+
+/// Inserts a sandbox's row through `executor` (the writer pool, or a transaction).
+async fn insert_sandbox_in<'e, E>(executor: E, s: &SandboxRecord) -> Result<()>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let sql = format!(
+        "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
+         $20, $21, $22, $23, $24, $25, $26, $27)"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(&s.id)
+        .bind(&s.owner_key_id)
+        .bind(&s.image)
+        .bind(s.status.as_str())
+        .bind(s.pooled as i64)
+        .bind(&s.container_id)
+        .bind(&s.address)
+        .bind(s.legacy_key.as_deref().unwrap_or(""))
+        .bind(&s.resolution)
+        .bind(to_json(&s.env))
+        .bind(to_json(&s.metadata))
+        .bind(s.idle_timeout_secs)
+        .bind(s.max_lifetime_secs)
+        .bind(s.created_at)
+        .bind(s.ready_at)
+        .bind(s.expires_at)
+        .bind(s.last_active_at)
+        .bind(s.ended_at)
+        .bind(&s.error)
+        .bind(&s.instance)
+        .bind(s.paused_at)
+        .bind(s.auto_resume as i64)
+        .bind(s.idle_pause_secs)
+        .bind(s.hibernated_at)
+        .bind(s.idle_hibernate_secs)
+        .bind(&s.replica)
+        .bind(s.control_open as i64)
+        .execute(executor)
+        .await
+        .map_err(query_error("insert sandbox"))?;
+    Ok(())
 }
 
 fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {

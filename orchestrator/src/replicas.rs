@@ -7,9 +7,11 @@
 //!   and what it was doing (a create, a delete) may be undone or finished by another.
 //! - **Duties.** What only one process may do at a time (the reaper, the heartbeat, the warm
 //!   pool's refill) is done by the holder of the duty's lease ([`Duties`]); a
-//!   lease lasts [`DUTY_TTL`], is renewed as the duty runs, and is taken over by another replica
-//!   once its holder stops renewing it (at once when the holder stops cleanly: it gives its
-//!   leases up).
+//!   lease lasts one heartbeat interval ([`Duties::ttl_for`]), is renewed as the duty runs
+//!   (when a third of it is gone), and is taken over by another replica once its holder stops
+//!   renewing it (at once when the holder stops cleanly: it gives its leases up). One interval
+//!   because a sandbox stops itself after three heartbeats missed (its dead-man switch): the
+//!   heartbeat of a replica that died is taken over well within that.
 //!
 //! Everything else is per request and works on any replica: the state is in the database,
 //! and the files (run artifacts, kept homes, snapshots, profiles) in the data directory, which
@@ -28,12 +30,7 @@ use crate::db::{Store, StoreError};
 pub const BEAT: Duration = Duration::from_secs(2);
 /// A replica not seen for this long is gone.
 pub const GONE_AFTER_MS: i64 = 10_000;
-/// How long a duty's lease lasts without renewal.
-pub const DUTY_TTL: Duration = Duration::from_secs(15);
-/// A holder renews its lease once less than this is left of it...
-const RENEW_WHEN_LEFT: Duration = Duration::from_secs(10);
-/// ...and stops doing the duty once less than this is left (a renewal that keeps failing).
-const STOP_WHEN_LEFT: Duration = Duration::from_secs(5);
+
 /// The file in the data directory that keeps the default replica id.
 const REPLICA_ID_FILE: &str = "replica_id";
 
@@ -96,18 +93,31 @@ pub struct Duties {
     store: Store,
     replica: String,
     clock: Arc<dyn Clock>,
+    /// How long a lease lasts without renewal.
+    ttl: Duration,
     /// Per duty held: until when (this process's clock) it is surely still ours.
     held: Mutex<HashMap<Duty, Instant>>,
 }
 
 impl Duties {
-    pub fn new(store: Store, replica: String, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(store: Store, replica: String, clock: Arc<dyn Clock>, ttl: Duration) -> Self {
         Self {
             store,
             replica,
             clock,
+            ttl,
             held: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A lease's life for a heartbeat interval: the interval, within 2 to 15 seconds.
+    pub fn ttl_for(heartbeat: Duration) -> Duration {
+        heartbeat.clamp(Duration::from_secs(2), Duration::from_secs(15))
+    }
+
+    /// How often a replica that does not hold a duty looks whether it is free.
+    pub fn retry_every(&self) -> Duration {
+        self.ttl / 3
     }
 
     fn held_until(&self, duty: Duty) -> Option<Instant> {
@@ -129,12 +139,12 @@ impl Duties {
         let now = self.clock.now();
         let held = self.held_until(duty);
         if let Some(until) = held
-            && until.saturating_duration_since(now) > RENEW_WHEN_LEFT
+            && until.saturating_duration_since(now) > self.ttl * 2 / 3
         {
             return true;
         }
         let now_ms = self.clock.now_ms();
-        let ttl_ms = i64::try_from(DUTY_TTL.as_millis()).unwrap_or(i64::MAX);
+        let ttl_ms = i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX);
         match self
             .store
             .hold_lease(duty.lease(), &self.replica, now_ms, now_ms + ttl_ms)
@@ -144,7 +154,7 @@ impl Duties {
                 if held.is_none() {
                     tracing::info!(duty = duty.lease(), replica = %self.replica, "took the duty");
                 }
-                self.set_held(duty, Some(now + DUTY_TTL));
+                self.set_held(duty, Some(now + self.ttl));
                 true
             }
             Ok(false) => {
@@ -156,7 +166,7 @@ impl Duties {
             }
             Err(error) => {
                 let still =
-                    held.is_some_and(|until| until.saturating_duration_since(now) > STOP_WHEN_LEFT);
+                    held.is_some_and(|until| until.saturating_duration_since(now) > self.ttl / 3);
                 tracing::warn!(duty = duty.lease(), %error, still, "renewing the duty's lease failed");
                 if !still {
                     self.set_held(duty, None);

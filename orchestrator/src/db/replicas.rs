@@ -18,7 +18,65 @@ pub struct ReplicaRecord {
     pub seen_at: i64,
 }
 
+/// Makes the key's sandbox count and the write that depends on it take turns with every other
+/// such transaction of the key, in any replica (a Postgres advisory lock held until the
+/// transaction ends).
+pub(super) async fn lock_key_quota(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    owner_key_id: &str,
+) -> Result<()> {
+    sqlx::query("SELECT 1 AS locked FROM pg_advisory_xact_lock(hashtext($1))")
+        .bind(owner_key_id)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(query_error("lock the key's quota"))?;
+    Ok(())
+}
+
+/// How an insert within a key's quota went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaInsert {
+    Inserted,
+    /// The key has `live` sandboxes already: nothing was written.
+    Full {
+        live: i64,
+    },
+}
+
 impl Store {
+    /// Inserts a new sandbox of a key unless the key has `limit` live ones already, the count
+    /// and the insert in one transaction that every other of the key's takes turns with (in
+    /// any replica).
+    pub async fn insert_sandbox_within_quota(
+        &self,
+        record: &SandboxRecord,
+        limit: i64,
+    ) -> Result<QuotaInsert> {
+        let Some(owner) = &record.owner_key_id else {
+            self.insert_sandbox(record).await?;
+            return Ok(QuotaInsert::Inserted);
+        };
+        let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
+        if !self.is_sqlite {
+            lock_key_quota(&mut tx, owner).await?;
+        }
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS live FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
+             AND status IN ('creating', 'ready', 'degraded', 'paused', 'hibernating', 'waking')",
+        )
+        .bind(owner)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(query_error("count sandboxes"))?;
+        let live: i64 = get(&row, "live")?;
+        if live >= limit {
+            return Ok(QuotaInsert::Full { live });
+        }
+        super::insert_sandbox_in(&mut *tx, record).await?;
+        tx.commit().await.map_err(query_error("commit sandbox"))?;
+        Ok(QuotaInsert::Inserted)
+    }
+
     /// Records that replica `id` started as process `boot` (replacing an earlier life's row).
     pub async fn register_replica(
         &self,

@@ -302,8 +302,12 @@ impl Sandboxes {
         let starts = tokio::sync::Semaphore::new(settings.max_concurrent_starts.max(1));
         let homes = crate::homes::HomeStore::new(&settings.data_dir);
         let replica = settings.replica.clone().unwrap_or_else(|| instance.clone());
-        let duties =
-            crate::replicas::Duties::new(store.clone(), replica.clone(), seams.clock.clone());
+        let duties = crate::replicas::Duties::new(
+            store.clone(),
+            replica.clone(),
+            seams.clock.clone(),
+            crate::replicas::Duties::ttl_for(settings.heartbeat),
+        );
         Arc::new(Self {
             store,
             backend: seams.backend,
@@ -583,12 +587,6 @@ impl Sandboxes {
                 return Ok((record, Source::Pool));
             }
         }
-        if limit > 0 {
-            let live = self.store.count_live_sandboxes(owner_key_id).await?;
-            if live >= limit as i64 {
-                return Err(SandboxError::Quota { live, limit });
-            }
-        }
         let now = self.clock.now_ms();
         let record = SandboxRecord {
             id: new_id("sbx-"),
@@ -619,7 +617,17 @@ impl Sandboxes {
             replica: Some(self.replica.clone()),
             control_open: true,
         };
-        self.store.insert_sandbox(&record).await?;
+        if limit > 0 {
+            // Counted and written in one turn of the key's, in every replica.
+            let cap = i64::try_from(limit).unwrap_or(i64::MAX);
+            if let crate::db::QuotaInsert::Full { live } =
+                self.store.insert_sandbox_within_quota(&record, cap).await?
+            {
+                return Err(SandboxError::Quota { live, limit });
+            }
+        } else {
+            self.store.insert_sandbox(&record).await?;
+        }
         drop(quota);
         let mut restore = StartWith {
             home: snapshot,

@@ -100,8 +100,10 @@ impl Sandboxes {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if !self.duties.mine(Duty::Heartbeat).await {
-                continue;
+            // Another replica's: look again soon, so a dead holder's sandboxes hear from this
+            // one before their dead-man switch fires (three heartbeats).
+            while !self.duties.mine(Duty::Heartbeat).await {
+                tokio::time::sleep(self.duties.retry_every()).await;
             }
             if let Err(error) = self.heartbeat_once().await {
                 tracing::warn!(%error, "heartbeat pass failed");

@@ -15,8 +15,9 @@ use serde_json::json;
 use crate::common::{ADMIN_KEY, Options, Orchestrator};
 use agentbox_tests::postgres::Postgres;
 
-/// Clients creating and deleting at once, spread over the two replicas.
-const CLIENTS: usize = 24;
+/// Clients creating and deleting at once, spread over the two replicas (within the admin
+/// key's default quota of 20).
+const CLIENTS: usize = 16;
 
 /// Rows of the installation (pool members included) and its containers.
 async fn rows_and_containers(
@@ -149,7 +150,22 @@ async fn two_replicas_share_the_pool_and_every_create_and_delete_happens_once() 
     }
     wait_agreed(&store, &a, "after the creates and deletes").await?;
 
-    // A replica killed while creating: its peer undoes what it left once it sees it gone.
+    // A replica killed while creating: its peer undoes what it left once it sees it gone,
+    // and takes its duties over before the sandboxes' dead-man switch (three heartbeats)
+    // ends the pool members it was keeping alive.
+    a.wait_for("a full pool again", Duration::from_secs(180), async || {
+        store
+            .pool_members(&a.instance)
+            .await
+            .is_ok_and(|m| m.len() == 2)
+    })
+    .await?;
+    let survivors: Vec<String> = store
+        .pool_members(&a.instance)
+        .await?
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
     let killed: Vec<_> = (0..3)
         .map(|_| {
             let request = a
@@ -177,6 +193,21 @@ async fn two_replicas_share_the_pool_and_every_create_and_delete_happens_once() 
         let _ = request.await;
     }
     wait_agreed(&store, &b, "after a replica was killed mid-create").await?;
+    // Well past three heartbeats (2 s each here) after the kill.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let members: Vec<String> = store
+        .pool_members(&b.instance)
+        .await?
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    for id in &survivors {
+        ensure!(
+            members.contains(id),
+            "pool member {id} did not survive its replica's death: {members:?}\n{}",
+            b.log_tail(30)
+        );
+    }
     // What is left is whole (a create that finished just before the kill): the survivor
     // deletes it like any other.
     for row in store

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use orchestrator::db::{SandboxStatus, Store, ViewerTicketRecord};
+use orchestrator::db::{QuotaInsert, SandboxStatus, Store, ViewerTicketRecord};
 
 use crate::store::{run_record, sandbox};
 
@@ -201,6 +201,34 @@ async fn a_viewer_ticket_is_used_once_by_any_replica(store: &Store) -> anyhow::R
     assert_eq!(store.take_viewer_ticket("h3").await?, None, "expired");
     assert!(store.take_viewer_ticket("h4").await?.is_some());
     assert!(store.take_viewer_ticket("h5").await?.is_some());
+    Ok(())
+}
+
+/// Two replicas (two stores) creating for one key with places for three: ten inserts at once,
+/// three pass, whichever replica each came through.
+pub(crate) async fn a_keys_quota_holds_across_replicas(url: &str) -> anyhow::Result<()> {
+    let stores = [Store::connect(url).await?, Store::connect(url).await?];
+    let inserts = (0..10).map(|i| {
+        let store = stores[i % 2].clone();
+        async move {
+            let mut record = sandbox(&format!("sbx-quota-{i}"), Some("key-quota"), false);
+            record.status = SandboxStatus::Ready;
+            store.insert_sandbox_within_quota(&record, 3).await
+        }
+    });
+    let results = futures_util::future::try_join_all(inserts).await?;
+    let inserted = results
+        .iter()
+        .filter(|r| **r == QuotaInsert::Inserted)
+        .count();
+    assert_eq!(inserted, 3, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, QuotaInsert::Inserted | QuotaInsert::Full { live: 3 })),
+        "{results:?}"
+    );
+    assert_eq!(stores[0].count_live_sandboxes("key-quota").await?, 3);
     Ok(())
 }
 
