@@ -20,8 +20,10 @@ CREATE TABLE leases (
 -- undo a create that did not finish.
 ALTER TABLE sandboxes ADD COLUMN replica TEXT;
 -- Whether control viewers' input reaches the desktop (0 while a run's agent drives it): every
--- replica's viewers follow the replica that drives the run.
+-- replica's viewers follow the replica that drives the run. `control_seq`: when it was last
+-- written (ms): an older value never replaces a newer one.
 ALTER TABLE sandboxes ADD COLUMN control_open BIGINT NOT NULL DEFAULT 1;
+ALTER TABLE sandboxes ADD COLUMN control_seq BIGINT NOT NULL DEFAULT 0;
 -- Commands for a run another replica drives (cancel, take over, hand back, answer): the replica
 -- that received the request writes one, the driving replica takes it (`taken_by`), carries it
 -- out and writes `answer` (JSON); the receiving replica returns that.

@@ -234,6 +234,8 @@ pub struct SandboxRecord {
     pub replica: Option<String>,
     /// Control viewers' input reaches the desktop (closed while a run's agent drives it).
     pub control_open: bool,
+    /// When `control_open` was last written (ms; 0: never).
+    pub control_seq: i64,
 }
 
 /// A sandbox's clocks, as [`Store::set_timeouts`] writes them.
@@ -338,7 +340,7 @@ pub fn redact_url(url: &str) -> String {
 const SANDBOX_COLUMNS: &str = "id, owner_key_id, image, status, pooled, container_id, address, \
     api_key, resolution, env, metadata, idle_timeout_secs, max_lifetime_secs, created_at, \
     ready_at, expires_at, last_active_at, ended_at, error, instance, paused_at, auto_resume, \
-    idle_pause_secs, hibernated_at, idle_hibernate_secs, replica, control_open";
+    idle_pause_secs, hibernated_at, idle_hibernate_secs, replica, control_open, control_seq";
 
 /// The schema's migrations, `orchestrator/migrations/NNNN_name.sql`, compiled in. Listed here
 /// rather than found by sqlx's `migrate!` macro, which would compile sqlx's SQLite and Postgres
@@ -1072,7 +1074,7 @@ where
     let sql = format!(
         "INSERT INTO sandboxes ({SANDBOX_COLUMNS}) VALUES \
          ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-         $20, $21, $22, $23, $24, $25, $26, $27)"
+         $20, $21, $22, $23, $24, $25, $26, $27, $28)"
     );
     sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(&s.id)
@@ -1102,6 +1104,7 @@ where
         .bind(s.idle_hibernate_secs)
         .bind(&s.replica)
         .bind(s.control_open as i64)
+        .bind(s.control_seq)
         .execute(executor)
         .await
         .map_err(query_error("insert sandbox"))?;
@@ -1141,6 +1144,7 @@ fn sandbox_from_row(row: &AnyRow) -> Result<SandboxRecord> {
         idle_hibernate_secs: get(row, "idle_hibernate_secs")?,
         replica: get(row, "replica")?,
         control_open: get::<i64>(row, "control_open")? != 0,
+        control_seq: get(row, "control_seq")?,
     })
 }
 

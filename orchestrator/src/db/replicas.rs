@@ -184,6 +184,33 @@ impl Store {
         row.map(|row| get(&row, "holder")).transpose()
     }
 
+    /// Gives up `replica`'s claim on deleting a sandbox (its removal failed): the reaper's
+    /// holder retries it.
+    pub async fn release_deleting(&self, id: &str, replica: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE sandboxes SET replica = NULL WHERE id = $1 AND replica = $2 AND status = 'deleting'",
+        )
+        .bind(id)
+        .bind(replica)
+        .execute(&self.writer)
+        .await
+        .map_err(query_error("release deleting"))?;
+        Ok(())
+    }
+
+    /// How many pool members of `instance` exist or are being made (every replica's).
+    pub async fn count_pool_members(&self, instance: &str) -> Result<i64> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS members FROM sandboxes WHERE pooled = 1 AND instance = $1 AND \
+             status IN ('creating', 'ready', 'degraded')",
+        )
+        .bind(instance)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(query_error("count pool members"))?;
+        get(&row, "members")
+    }
+
     /// The warm pool's members of `instance` that are live, oldest first: what every replica's
     /// queue is made from (any replica may claim them).
     pub async fn pool_members(&self, instance: &str) -> Result<Vec<SandboxRecord>> {
@@ -199,20 +226,47 @@ impl Store {
         rows.iter().map(sandbox_from_row).collect()
     }
 
-    /// Records whether control viewers' input reaches a sandbox's desktop.
-    pub async fn set_control_open(&self, id: &str, open: bool) -> Result<()> {
-        sqlx::query("UPDATE sandboxes SET control_open = $1 WHERE id = $2")
-            .bind(open as i64)
+    /// Records whether control viewers' input reaches a sandbox's desktop, as of `seq` (ms):
+    /// written only over an older value, and an opening by `driver` (a run's lease holder)
+    /// only while no other holder's run has its agent driving the sandbox. Returns the value
+    /// the row holds afterwards (`None`: no row), whoever wrote it.
+    pub async fn write_control_gate(
+        &self,
+        id: &str,
+        open: bool,
+        seq: i64,
+        driver: Option<&str>,
+    ) -> Result<Option<(bool, i64)>> {
+        sqlx::query(
+            "UPDATE sandboxes SET control_open = $1, control_seq = $2 WHERE id = $3 AND \
+             control_seq < $2 AND ($1 = 0 OR CAST($4 AS TEXT) IS NULL OR NOT EXISTS \
+             (SELECT 1 FROM runs WHERE runs.sandbox_id = $3 AND runs.status = 'running' \
+             AND runs.lease_owner <> CAST($4 AS TEXT)))",
+        )
+        .bind(open as i64)
+        .bind(seq)
+        .bind(id)
+        .bind(driver)
+        .execute(&self.writer)
+        .await
+        .map_err(query_error("write control gate"))?;
+        let row = sqlx::query("SELECT control_open, control_seq FROM sandboxes WHERE id = $1")
             .bind(id)
-            .execute(&self.writer)
+            .fetch_optional(&self.writer)
             .await
-            .map_err(query_error("set control gate"))?;
-        Ok(())
+            .map_err(query_error("read control gate"))?;
+        row.map(|row| {
+            Ok((
+                get::<i64>(&row, "control_open")? != 0,
+                get::<i64>(&row, "control_seq")?,
+            ))
+        })
+        .transpose()
     }
 
     /// Marks a sandbox as being deleted by `replica` (as `set_status` to deleting does, and
     /// naming the replica, so no other replica removes it meanwhile unless `replica` is gone).
-    pub async fn mark_deleting(&self, id: &str, replica: &str) -> Result<()> {
+    pub async fn mark_deleting(&self, id: &str, replica: Option<&str>) -> Result<()> {
         sqlx::query(
             "UPDATE sandboxes SET status = 'deleting', error = NULL, ended_at = NULL, \
              replica = $1 WHERE id = $2",

@@ -62,6 +62,16 @@ impl Store {
         &self,
         ticket_hash: &str,
     ) -> Result<Option<ViewerTicketRecord>> {
+        // Looked for first with a read (it waits for no writer): an unknown ticket, which
+        // anyone can send without a key, costs no write.
+        let known = sqlx::query("SELECT 1 AS known FROM viewer_tickets WHERE ticket_hash = $1")
+            .bind(ticket_hash)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("find ticket"))?;
+        if known.is_none() {
+            return Ok(None);
+        }
         let row = sqlx::query(
             "DELETE FROM viewer_tickets WHERE ticket_hash = $1 \
              RETURNING sandbox_id, key_id, owner, view_only, made_at",

@@ -249,7 +249,8 @@ async fn drive(
         return canceled(&sink).await;
     }
     // The agent drives: control viewers' input is dropped until a person takes over.
-    runs.sandboxes.set_control_input(&sandbox.id, false);
+    runs.sandboxes
+        .set_control_input(&sandbox.id, false, Some(&runs.lease_owner));
     let copier = {
         let sink = sink.clone();
         let active = active.clone();
@@ -298,7 +299,7 @@ impl Drop for Driving {
         self.copier.abort();
         self.runs
             .sandboxes
-            .set_control_input(&self.sandbox_id, true);
+            .set_control_input(&self.sandbox_id, true, Some(&self.runs.lease_owner));
     }
 }
 

@@ -419,9 +419,11 @@ impl RunSink {
 
     fn set_gate(&self, open: bool) {
         if let Some(sandbox) = &self.sandbox {
-            self.runs
-                .sandboxes
-                .set_control_input(&sandbox.sandbox_id, open);
+            self.runs.sandboxes.set_control_input(
+                &sandbox.sandbox_id,
+                open,
+                Some(&self.runs.lease_owner),
+            );
         }
     }
 }

@@ -126,6 +126,13 @@ impl ActivityTracker {
             entries.remove(id);
         }
     }
+
+    /// Keeps only the sandboxes in `live` (those removed by another replica go).
+    pub fn retain(&self, live: &std::collections::HashSet<String>) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|id, entry| live.contains(id) || entry.holds > 0);
+        }
+    }
 }
 
 #[cfg(test)]

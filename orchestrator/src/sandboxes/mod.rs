@@ -338,13 +338,14 @@ impl Sandboxes {
     /// sandbox whose row was just read.
     pub fn control_gate(&self, record: &SandboxRecord) -> tokio::sync::watch::Receiver<bool> {
         self.control_gates
-            .subscribe(&record.id, record.control_open)
+            .subscribe(&record.id, record.control_open, record.control_seq)
     }
 
     /// Opens or closes the control gate of a sandbox; open sessions follow at once, those
     /// through other replicas within a second.
-    pub fn set_control_input(&self, sandbox_id: &str, open: bool) {
-        self.control_gates.set(&self.store, sandbox_id, open);
+    pub fn set_control_input(&self, sandbox_id: &str, open: bool, driver: Option<&str>) {
+        self.control_gates
+            .set(&self.store, sandbox_id, open, driver);
     }
 
     /// The sandboxes being removed right now.
@@ -564,6 +565,7 @@ impl Sandboxes {
                 idle_hibernate_secs: idle_hibernate,
                 replica: None,
                 control_open: true,
+                control_seq: 0,
             };
             // The quota is counted by the claim's write itself (one round trip).
             let limit = (limit > 0).then_some(limit);
@@ -616,6 +618,7 @@ impl Sandboxes {
             idle_hibernate_secs: idle_hibernate,
             replica: Some(self.replica.clone()),
             control_open: true,
+            control_seq: 0,
         };
         if limit > 0 {
             // Counted and written in one turn of the key's, in every replica.
@@ -933,9 +936,8 @@ impl Sandboxes {
             )));
         }
         if !self.is_mine(&record) {
-            self.store
-                .set_status(&record.id, SandboxStatus::Deleting, None, None)
-                .await?;
+            // No replica of this instance deletes it: the owner instance's reaper does.
+            self.store.mark_deleting(&record.id, None).await?;
             self.sessions
                 .end_sandbox(&record.id, "the sandbox was deleted");
             return Ok(());
@@ -976,8 +978,25 @@ impl Sandboxes {
             let Some(current) = self.store.sandbox(&record.id).await? else {
                 return Ok(None);
             };
+            // Another replica is deleting it now: its removal, not a second one.
+            if current.status == SandboxStatus::Deleting
+                && current
+                    .replica
+                    .as_deref()
+                    .is_some_and(|r| r != self.replica)
+            {
+                let peers = self.duties.live_peers().await?;
+                if self
+                    .duties
+                    .in_progress_elsewhere(current.replica.as_deref(), &peers)
+                {
+                    return Ok(None);
+                }
+            }
             if current.status != SandboxStatus::Lost {
-                self.store.mark_deleting(&current.id, &self.replica).await?;
+                self.store
+                    .mark_deleting(&current.id, Some(&self.replica))
+                    .await?;
             }
             // Its browser profile is saved while the browser (or its kept home) is still there.
             self.save_held_profile(&current).await;
@@ -1011,6 +1030,8 @@ impl Sandboxes {
                 }
             }
             Err(error) => {
+                // Given up here, so the reaper (maybe another replica's) retries it.
+                let _ = self.store.release_deleting(&record.id, &self.replica).await;
                 tracing::warn!(sandbox_id = %record.id, %error, "removing the sandbox failed; the reaper retries");
             }
         }

@@ -114,6 +114,13 @@ impl Sandboxes {
         }
     }
 
+    /// Keeps only the transition locks of `live` sandboxes (and those held now).
+    pub(crate) fn retain_transitions(&self, live: &std::collections::HashSet<String>) {
+        if let Ok(mut locks) = self.transitions.lock() {
+            locks.retain(|id, lock| live.contains(id) || Arc::strong_count(lock) > 1);
+        }
+    }
+
     /// Pauses a live sandbox for a client: 409 when it is not live, is run by another
     /// instance, or a run drives it.
     pub async fn pause(

@@ -285,7 +285,17 @@ impl Pool {
                     }
                 }
             }
-            let missing = missing_now();
+            // Members a peer is still making count too (the duty may just have changed hands).
+            let missing = match service.store.count_pool_members(&service.instance).await {
+                Ok(members) => {
+                    let members = usize::try_from(members).unwrap_or(usize::MAX);
+                    missing_now().min(pool.target.saturating_sub(members))
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "warm pool: counting the members failed");
+                    0
+                }
+            };
             for _ in 0..missing {
                 pool.filling.fetch_add(1, Ordering::AcqRel);
                 let service = service.clone();
@@ -397,6 +407,7 @@ impl Sandboxes {
             idle_hibernate_secs: self.settings.idle_hibernate_secs,
             replica: Some(self.replica.clone()),
             control_open: true,
+            control_seq: 0,
         };
         self.start(record, restore).await
     }

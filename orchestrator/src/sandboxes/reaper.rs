@@ -43,6 +43,9 @@ const COLLECT_GARBAGE_EVERY: Duration = Duration::from_secs(60);
 /// How often each replica writes the activity it saw to the database.
 const ACTIVITY_WRITE_EVERY: Duration = Duration::from_secs(1);
 
+/// How often each replica forgets what it keeps of sandboxes another one removed.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
 impl Sandboxes {
     /// Runs the reaper until the process ends.
     pub async fn reap_forever(self: Arc<Self>) {
@@ -79,10 +82,33 @@ impl Sandboxes {
     pub async fn write_activity_forever(self: Arc<Self>) {
         let mut tick = tokio::time::interval(ACTIVITY_WRITE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pruned = tokio::time::Instant::now();
         loop {
             tick.tick().await;
             self.write_activity_once().await;
+            if pruned.elapsed() >= PRUNE_EVERY {
+                pruned = tokio::time::Instant::now();
+                if let Err(error) = self.prune_removed().await {
+                    tracing::warn!(%error, "pruning what removed sandboxes left in memory failed");
+                }
+            }
         }
+    }
+
+    /// Forgets what this process keeps of sandboxes another replica removed (their activity
+    /// clock, control gate and transition lock).
+    pub async fn prune_removed(&self) -> Result<(), super::SandboxError> {
+        let live: std::collections::HashSet<String> = self
+            .store
+            .list_sandboxes(&self.mine(None))
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        self.activity.retain(&live);
+        self.control_gates.retain(&live);
+        self.retain_transitions(&live);
+        Ok(())
     }
 
     /// Writes the activity seen since the last write.
@@ -168,8 +194,11 @@ impl Sandboxes {
                 let record = self.store.sandbox(&authority.sandbox_id).await?;
                 if let Some(record) = &record {
                     // The driving replica may be another one.
-                    self.control_gates
-                        .apply_stored(&record.id, record.control_open);
+                    self.control_gates.apply_stored(
+                        &record.id,
+                        record.control_open,
+                        record.control_seq,
+                    );
                 }
                 let live = record.is_some_and(|s| s.status.is_live());
                 sandboxes.insert(authority.sandbox_id.clone(), live);
@@ -297,8 +326,11 @@ impl Sandboxes {
                 }
             }
         }
-        if !abandoned.is_empty() {
-            self.undo_abandoned_creates(abandoned).await?;
+        if !abandoned.is_empty()
+            && let Err(error) = self.undo_abandoned_creates(abandoned).await
+        {
+            // The rest of the pass goes on; the next one tries again.
+            tracing::warn!(%error, "undoing a gone replica's creates failed");
         }
         self.metrics.sandboxes_live.set(live);
         self.metrics.sandboxes_paused.set(paused);

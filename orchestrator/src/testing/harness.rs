@@ -123,6 +123,7 @@ impl Harness {
             idle_hibernate_secs: None,
             replica: None,
             control_open: true,
+            control_seq: 0,
         }
     }
 

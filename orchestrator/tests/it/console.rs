@@ -98,6 +98,7 @@ impl Console {
                 idle_hibernate_secs: None,
                 replica: None,
                 control_open: true,
+                control_seq: 0,
             })
             .await
             .expect("a sandbox row");

@@ -49,6 +49,7 @@ pub(crate) fn sandbox(id: &str, owner: Option<&str>, pooled: bool) -> SandboxRec
         idle_hibernate_secs: None,
         replica: None,
         control_open: true,
+        control_seq: 0,
     }
 }
 

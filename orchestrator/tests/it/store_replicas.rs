@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use orchestrator::db::{QuotaInsert, SandboxStatus, Store, ViewerTicketRecord};
+use orchestrator::db::{
+    QuotaInsert, RunStatus, SandboxStatus, StatusChange, Store, ViewerTicketRecord,
+};
 
 use crate::store::{run_record, sandbox};
 
@@ -115,16 +117,58 @@ async fn pool_members_deleting_marks_and_the_control_gate_are_shared(
     assert_eq!(members[0].id, member.id);
     assert_eq!(members[0].replica.as_deref(), Some("rep-a"));
 
+    // The control gate: an older value never replaces a newer one, and while one driver's
+    // agent drives the sandbox another driver cannot open it.
     assert!(store.sandbox(&other.id).await?.expect("row").control_open);
-    store.set_control_open(&other.id, false).await?;
-    assert!(!store.sandbox(&other.id).await?.expect("row").control_open);
+    let gate = |open, seq, driver| store.write_control_gate(&other.id, open, seq, driver);
+    assert_eq!(
+        gate(false, 100, Some("rep-a/boot")).await?,
+        Some((false, 100))
+    );
+    assert_eq!(gate(true, 50, None).await?, Some((false, 100)), "older");
+    let run = run_record("run-gate", Some(&other.id), None, "rep-a/boot");
+    store.insert_run(&run).await?;
+    let running = StatusChange {
+        status: RunStatus::Running,
+        answer: None,
+        reason: None,
+    };
+    store
+        .append_event(&run.id, "rep-a/boot", "status", "{}", 2_000, Some(&running))
+        .await?
+        .expect("appended by the lease holder");
+    assert_eq!(
+        gate(true, 200, Some("rep-b/boot")).await?,
+        Some((false, 100)),
+        "a stalled driver cannot reopen it over the one whose agent drives"
+    );
+    assert_eq!(
+        gate(true, 300, Some("rep-a/boot")).await?,
+        Some((true, 300))
+    );
+    let row = store.sandbox(&other.id).await?.expect("row");
+    assert_eq!((row.control_open, row.control_seq), (true, 300));
 
-    store.mark_deleting(&other.id, "rep-b").await?;
+    store.mark_deleting(&other.id, Some("rep-b")).await?;
     let row = store.sandbox(&other.id).await?.expect("row");
     assert_eq!(
         (row.status, row.replica.as_deref()),
         (SandboxStatus::Deleting, Some("rep-b"))
     );
+    // A removal that failed gives its claim up, for the reaper to retry.
+    store.release_deleting(&other.id, "rep-a").await?;
+    assert_eq!(
+        store
+            .sandbox(&other.id)
+            .await?
+            .expect("row")
+            .replica
+            .as_deref(),
+        Some("rep-b")
+    );
+    store.release_deleting(&other.id, "rep-b").await?;
+    assert_eq!(store.sandbox(&other.id).await?.expect("row").replica, None);
+    assert_eq!(store.count_pool_members("inst-rep").await?, 1);
     store.delete_sandbox(&other.id).await?;
     store.delete_sandbox(&member.id).await?;
     Ok(())
