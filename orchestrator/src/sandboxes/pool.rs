@@ -56,7 +56,13 @@ pub struct Pool {
     wake: Notify,
     /// When claims came (the refill waits for a quiet moment after them).
     claims: Lull,
+    /// Members a claim took from the queue lately (and when): a sync with a list read before
+    /// the claim was written, which still names them, does not put them back.
+    claimed: Mutex<std::collections::HashMap<String, Instant>>,
 }
+
+/// How long a claimed member is kept out of syncs (a list read before its claim is older).
+const CLAIMED_KEPT_OUT: Duration = Duration::from_secs(5);
 
 /// The refill waits at most this long for a quiet moment.
 const REFILL_MAX_WAIT: Duration = Duration::from_secs(1);
@@ -75,6 +81,7 @@ impl Pool {
             failures: AtomicUsize::new(0),
             wake: Notify::new(),
             claims: Lull::new(),
+            claimed: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -133,13 +140,24 @@ impl Pool {
     /// elsewhere leave it; the queued ones keep their order. Members of another source are not
     /// this pool's.
     pub fn sync(&self, members: Vec<SandboxRecord>) {
-        let members: Vec<SandboxRecord> = members.into_iter().filter(|m| self.made(m)).collect();
+        let claimed: std::collections::HashSet<String> = match self.claimed.lock() {
+            Ok(mut claimed) => {
+                claimed.retain(|_, at| at.elapsed() < CLAIMED_KEPT_OUT);
+                claimed.keys().cloned().collect()
+            }
+            Err(_) => std::collections::HashSet::new(),
+        };
+        let members: Vec<SandboxRecord> = members
+            .into_iter()
+            .filter(|m| self.made(m) && !claimed.contains(&m.id))
+            .collect();
         let Ok(mut ready) = self.ready.lock() else {
             return;
         };
         let present: std::collections::HashSet<&str> =
             members.iter().map(|m| m.id.as_str()).collect();
-        ready.retain(|r| present.contains(r.id.as_str()));
+        // A member a claim could not take went back to the queue: it stays.
+        ready.retain(|r| present.contains(r.id.as_str()) || claimed.contains(&r.id));
         let queued: std::collections::HashSet<String> =
             ready.iter().map(|r| r.id.clone()).collect();
         for member in members {
@@ -195,6 +213,9 @@ impl Pool {
             let Some(member) = member else {
                 break;
             };
+            if let Ok(mut claimed) = self.claimed.lock() {
+                claimed.insert(member.id.clone(), Instant::now());
+            }
             let mut claimed = make(member.id.clone());
             match service.store.claim_pooled(&claimed, sql_limit).await {
                 Ok(true) => {
@@ -421,7 +442,7 @@ mod tests {
 
     use crate::sandboxes::{CreateSpec, Source};
     use crate::testing::Harness;
-    use crate::testing::harness::OWNER;
+    use crate::testing::harness::{INSTANCE, OWNER};
 
     /// What `create` builds for a claim (owner, timeouts), for claims made directly.
     fn claimed(h: &Harness, id: String) -> SandboxRecord {
@@ -507,6 +528,33 @@ mod tests {
             .unwrap();
         assert_eq!(source, Source::Pool);
         assert_eq!(other.id, queued[0]);
+    }
+
+    /// A replica's queue follows the database, but a list read before a claim was written
+    /// (which still names the member) does not put the claimed member back, and a member the
+    /// database no longer lists leaves the queue.
+    #[tokio::test]
+    async fn a_sync_with_an_older_list_does_not_bring_a_claimed_member_back() {
+        let h = Harness::with_flags(&["--pool-size", "2"]).await;
+        let members = h.fill_pool(2).await;
+        let stale = h.store.pool_members(INSTANCE).await.unwrap();
+        assert_eq!(stale.len(), 2);
+        let pool = &h.sandboxes.pool;
+        let won = pool
+            .claim(&h.sandboxes, None, |id| claimed(&h, id))
+            .await
+            .unwrap()
+            .expect("a member");
+        pool.sync(stale);
+        let left = pool.ready_ids();
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_ne!(left[0], won.id);
+        // Claimed through another replica meanwhile: gone from the database, gone from here.
+        pool.sync(Vec::new());
+        assert!(pool.ready_ids().is_empty());
+        pool.sync(h.store.pool_members(INSTANCE).await.unwrap());
+        assert_eq!(pool.ready_ids(), vec![left[0].clone()]);
+        assert!(members.iter().any(|m| m.id == won.id));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
