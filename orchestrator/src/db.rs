@@ -653,16 +653,7 @@ impl Store {
     /// Counts a key's sandboxes that hold resources (creating, ready, degraded or paused: a
     /// paused sandbox keeps its memory; not pool members).
     pub async fn count_live_sandboxes(&self, owner_key_id: &str) -> Result<i64> {
-        let row = sqlx::query(
-            "SELECT COUNT(*) FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready', 'degraded', 'paused', 'hibernating', 'waking')",
-        )
-        .bind(owner_key_id)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(query_error("count sandboxes"))?;
-        row.try_get::<i64, _>(0)
-            .map_err(query_error("count sandboxes"))
+        replicas::count_live_in(&self.pool, owner_key_id).await
     }
 
     /// Records the container of a sandbox being created.
@@ -747,7 +738,7 @@ impl Store {
             .await
             .map_err(query_error("claim pooled sandbox"))?;
         let writer_wait = started.elapsed();
-        let claim = sqlx::query(
+        let claim = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE sandboxes SET pooled = 0, owner_key_id = $1, metadata = $2, \
              idle_timeout_secs = $3, max_lifetime_secs = $4, created_at = $5, expires_at = $6, \
              last_active_at = $7, auto_resume = $10, idle_pause_secs = $11, \
@@ -755,8 +746,9 @@ impl Store {
              WHERE id = $8 AND pooled = 1 AND status = 'ready' \
              AND (CAST($9 AS BIGINT) IS NULL OR (SELECT COUNT(*) FROM sandboxes \
              WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready', 'degraded', 'paused', 'hibernating', 'waking')) < CAST($9 AS BIGINT))",
-        )
+             AND status IN {}) < CAST($9 AS BIGINT))",
+            replicas::LIVE_STATUSES
+        )))
         .bind(&claimed.owner_key_id)
         .bind(to_json(&claimed.metadata))
         .bind(claimed.idle_timeout_secs)

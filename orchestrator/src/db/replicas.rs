@@ -33,6 +33,27 @@ pub(super) async fn lock_key_quota(
     Ok(())
 }
 
+/// The statuses in which a sandbox counts against its key's quota.
+pub(super) const LIVE_STATUSES: &str =
+    "('creating', 'ready', 'degraded', 'paused', 'hibernating', 'waking')";
+
+/// How many sandboxes of `owner_key_id` count against its quota, read through `executor` (the
+/// read pool, or a transaction that writes depending on it).
+pub(super) async fn count_live_in<'e, E>(executor: E, owner_key_id: &str) -> Result<i64>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
+         AND status IN {LIVE_STATUSES}"
+    )))
+    .bind(owner_key_id)
+    .fetch_one(executor)
+    .await
+    .map_err(query_error("count sandboxes"))?;
+    sqlx::Row::try_get::<i64, _>(&row, 0).map_err(query_error("count sandboxes"))
+}
+
 /// How an insert within a key's quota went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaInsert {
@@ -60,15 +81,7 @@ impl Store {
         if !self.is_sqlite {
             lock_key_quota(&mut tx, owner).await?;
         }
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS live FROM sandboxes WHERE owner_key_id = $1 AND pooled = 0 \
-             AND status IN ('creating', 'ready', 'degraded', 'paused', 'hibernating', 'waking')",
-        )
-        .bind(owner)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(query_error("count sandboxes"))?;
-        let live: i64 = get(&row, "live")?;
+        let live = count_live_in(&mut *tx, owner).await?;
         if live >= limit {
             return Ok(QuotaInsert::Full { live });
         }

@@ -440,12 +440,6 @@ impl Sandboxes {
                         tracing::warn!(sandbox_id = %record.id, %error, "recording the sandbox's health failed");
                     }
                 }
-                // Persist the idle clock so a restarted orchestrator keeps it.
-                if let Some((last, _)) = self.activity.get(&record.id)
-                    && last > record.last_active_at
-                {
-                    let _ = self.store.touch(&record.id, last).await;
-                }
             }
             Err(error) => {
                 let gone = match &record.container_id {
@@ -594,6 +588,8 @@ mod tests {
         // idle clock is written to the row (so a restart keeps it).
         h.platform.set_in_flight(id, 1);
         h.sandboxes.heartbeat_once().await.unwrap();
+        // Written by the activity writer, as every replica's activity is.
+        h.sandboxes.write_activity_once().await;
         let touched = h.clock.now_ms();
         assert_eq!(h.row(id).await.map(|r| r.last_active_at), Some(touched));
         h.platform.set_in_flight(id, 0);
