@@ -102,14 +102,20 @@ cluster_form_swarm() {
 # is saved once (a 1.8 GB `docker save` of the sandbox image reads every layer back through the
 # host's storage driver) and that one archive is loaded into the nodes side by side.
 cluster_load_images() { # image...
-  local image id node archive pids=() dir
+  cluster_load_images_into "$(cluster_node_names)" "$@"
+}
+
+# Loads images into the nodes named (one per line), as cluster_load_images.
+cluster_load_images_into() { # nodes image...
+  local nodes=$1 image id node archive pids=() dir
+  shift
   dir=$(mktemp -d "${TMPDIR:-/tmp}/agentbox-cluster-images.XXXXXX")
   # shellcheck disable=SC2064 # the directory is known now
   trap "rm -rf '$dir'" RETURN
   for image in "$@"; do
     id=$(docker image inspect -f '{{.Id}}' "$image")
     archive="$dir/$(echo "$image" | tr '/:' '__').tar"
-    for node in $(cluster_node_names); do
+    for node in $nodes; do
       if [ "$(docker exec "$node" docker image inspect -f '{{.Id}}' "$image" 2>/dev/null)" = "$id" ]; then
         continue
       fi
@@ -125,28 +131,47 @@ cluster_load_images() { # image...
   for pid in "${pids[@]}"; do wait "$pid" || die "loading an image into a node failed"; done
 }
 
+# Deploys compose.swarm.yaml on node 1: the admin key and Postgres's password are made once and
+# kept in the state directory, the master key once as a Swarm secret. Waits until every
+# orchestrator replica runs and the front answers.
 cluster_deploy() {
-  local first="${CLUSTER_PREFIX}1" state key url
+  local first="${CLUSTER_PREFIX}1" state key url password replicas=${AGENTBOX_REPLICAS:-2}
   state=$(cluster_state_dir)
   if [ ! -s "$state/admin-key" ]; then
     (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$state/admin-key")
   fi
+  if [ ! -s "$state/postgres-password" ]; then
+    (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$state/postgres-password")
+  fi
+  if ! docker exec "$first" docker secret inspect agentbox-master-key >/dev/null 2>&1; then
+    head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' |
+      docker exec -i "$first" docker secret create agentbox-master-key - >/dev/null
+  fi
   key=$(cat "$state/admin-key")
+  password=$(cat "$state/postgres-password")
   url=$(cluster_url)
   docker exec -i -e "AGENTBOX_ADMIN_KEY=$key" -e "AGENTBOX_PUBLIC_URL=$url" \
+    -e "AGENTBOX_POSTGRES_PASSWORD=$password" -e "AGENTBOX_REPLICAS=$replicas" \
     -e "AGENTBOX_POOL_SIZE=${AGENTBOX_POOL_SIZE:-0}" \
     -e "AGENTBOX_SANDBOX_MEMORY_MIB=${AGENTBOX_SANDBOX_MEMORY_MIB:-1024}" \
+    -e "AGENTBOX_SANDBOX_CPUS=${AGENTBOX_SANDBOX_CPUS:-1}" \
     -e "AGENTBOX_HEARTBEAT_SECS=${AGENTBOX_HEARTBEAT_SECS:-10}" \
     -e "AGENTBOX_PUBLISH_MODE=${AGENTBOX_PUBLISH_MODE:-host}" \
     -e "AGENTBOX_SWEEP_INTERVAL_SECS=${AGENTBOX_SWEEP_INTERVAL_SECS:-60}" \
     "$first" sh -c 'cat >/tmp/compose.swarm.yaml && docker stack deploy --resolve-image never -c /tmp/compose.swarm.yaml agentbox' \
     <"$root/compose.swarm.yaml" >/dev/null
-  log "waiting for the orchestrator at $url"
-  for _ in $(seq 1 240); do
-    curl -fsS -o /dev/null "$url/healthz" 2>/dev/null && return 0
+  log "waiting for $replicas orchestrator replicas behind $url"
+  for _ in $(seq 1 360); do
+    if [ "$(docker exec "$first" docker service ls --filter name=agentbox_orchestrator \
+      --format '{{.Replicas}}' 2>/dev/null)" = "$replicas/$replicas" ] &&
+      curl -fsS -o /dev/null "$url/healthz" 2>/dev/null; then
+      return 0
+    fi
     sleep 0.5
   done
+  docker exec "$first" docker service ps --no-trunc agentbox_orchestrator >&2 || true
   docker exec "$first" docker service logs --tail 30 agentbox_orchestrator >&2 || true
+  docker exec "$first" docker service logs --tail 30 agentbox_postgres >&2 || true
   die "the orchestrator did not answer at $url"
 }
 

@@ -8,15 +8,17 @@
 # Each node is a container of `agentbox/swarm-node` (Debian's docker.io) on a private bridge
 # network, with its own engine and image store (a volume). Every node gets the sandbox and
 # orchestrator images with `docker save | docker load` (no registry needed), a label
-# `agentbox.zone=<n>` to try placement with, and node 1 `agentbox.data=true` for the
-# orchestrator's SQLite volume. Then compose.swarm.yaml is deployed on node 1.
+# `agentbox.zone=<n>` to try placement with, and node 1 `agentbox.data=true` and the stack's
+# services image (Postgres and the front). Then compose.swarm.yaml is deployed on node 1:
+# Postgres, AGENTBOX_REPLICAS orchestrator replicas on it and the front, the one address.
 #
 # Settings (environment): AGENTBOX_CLUSTER_NODES (3), AGENTBOX_CLUSTER_MANAGERS (1; 3 for a
 # control plane that survives a lost manager), AGENTBOX_CLUSTER_PREFIX (agentbox-node),
 # AGENTBOX_CLUSTER_SUBNET (10.213.0.0/24), AGENTBOX_CLUSTER_ENCRYPT (false: this machine's
 # kernel has no ESP support for IPsec; say true where it has), AGENTBOX_CLUSTER_SKIP_BUILD (set:
-# use the images already built), AGENTBOX_POOL_SIZE (0), AGENTBOX_PUBLISH_MODE (host: the
-# orchestrator's port on node 1 itself; this machine's kernel has no IPVS for the routing mesh).
+# use the images already built), AGENTBOX_REPLICAS (2), AGENTBOX_POOL_SIZE (0),
+# AGENTBOX_PUBLISH_MODE (host: the front's port on node 1 itself; this machine's kernel has no
+# IPVS for the routing mesh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/lib.sh
@@ -35,10 +37,12 @@ if [ -z "${AGENTBOX_CLUSTER_SKIP_BUILD:-}" ]; then
   "$root/images/build-orchestrator.sh"
 fi
 "$root/images/swarm-node/build.sh" >/dev/null
+"$root/images/stack-services/build.sh" >/dev/null
 
 cluster_start_nodes
 cluster_form_swarm
 cluster_load_images agentbox/sandbox:latest agentbox/orchestrator:latest
+cluster_load_images_into "${CLUSTER_PREFIX}1" agentbox/stack-services:latest
 cluster_deploy
 log "cluster up in $(( $(date +%s) - started )) s"
 log "Agentbox: $(cluster_url)   admin key: $(cat "$(cluster_state_dir)/admin-key")"

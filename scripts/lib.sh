@@ -60,7 +60,7 @@ target_dir() { # root
 # Builds the images' Debian bases in the background (debootstrap and apt: bound by the download,
 # not the CPU) so that they overlap the cargo build; `wait_for_bases` waits for them and fails
 # with their log when they failed. A base whose inputs did not change is found at once.
-start_bases() { # root image... (sandbox, orchestrator)
+start_bases() { # root image... (sandbox, orchestrator, swarm-node, stack-services)
   local root=$1
   shift
   bases_log=$(mktemp /tmp/agentbox-bases.XXXXXX)
@@ -69,6 +69,8 @@ start_bases() { # root image... (sandbox, orchestrator)
       case $image in
         sandbox) "$root/images/base/build-base.sh" >/dev/null || exit 1 ;;
         orchestrator) "$root/images/base/build-orchestrator-base.sh" >/dev/null || exit 1 ;;
+        swarm-node) "$root/images/swarm-node/build.sh" >/dev/null || exit 1 ;;
+        stack-services) "$root/images/stack-services/build.sh" >/dev/null || exit 1 ;;
       esac
     done
   ) >"$bases_log" 2>&1 &

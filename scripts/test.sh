@@ -397,7 +397,7 @@ main() {
   # narrower selection would compile most dependencies again.
   export AGENTBOX_CARGO_TARGETS="--workspace --all-targets"
   # The images' Debian bases download while cargo compiles.
-  start_bases "$root" sandbox orchestrator
+  start_bases "$root" sandbox orchestrator swarm-node stack-services
 
   disk_report start
   step "cargo fmt --check" cargo fmt --all -- --check

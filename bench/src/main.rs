@@ -59,6 +59,10 @@ const HARNESSES: &[(&str, &str)] = &[
         "replicas",
         "one Postgres: 200 clients' control-plane load on one replica and on two",
     ),
+    (
+        "cluster",
+        "Swarm: cold-create throughput and claim latency on one node and on three",
+    ),
 ];
 
 fn main() -> ExitCode {
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
             "startup" => harness::startup::main().await,
             "capabilities" => harness::capabilities::main().await,
             "claims" => harness::claims::main().await,
+            "cluster" => harness::cluster::main().await,
             "shell-exec" => harness::shell_exec::main().await,
             "code-exec" => harness::code_exec::main().await,
             "file-watch" => harness::file_watch::main().await,

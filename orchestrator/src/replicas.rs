@@ -199,12 +199,50 @@ impl Duties {
             .collect())
     }
 
+    /// Every replica seen lately, by id, with the duties each holds now (`GET /v1/cluster`).
+    pub async fn roster(&self) -> Result<Vec<ReplicaStatus>, StoreError> {
+        let now = self.clock.now_ms();
+        let mut holders: HashMap<String, Vec<&'static str>> = HashMap::new();
+        for duty in Duty::ALL {
+            if let Some(holder) = self.store.lease_holder(duty.lease(), now).await? {
+                holders.entry(holder).or_default().push(duty.lease());
+            }
+        }
+        Ok(self
+            .store
+            .replicas()
+            .await?
+            .into_iter()
+            .filter(|r| r.seen_at >= now - GONE_AFTER_MS)
+            .map(|r| ReplicaStatus {
+                duties: holders.remove(&r.id).unwrap_or_default(),
+                this: r.id == self.replica,
+                id: r.id,
+                started_at: r.started_at,
+                seen_at: r.seen_at,
+            })
+            .collect())
+    }
+
     /// Whether work recorded as `replica`'s is someone else's in progress: that replica is
     /// another one, and alive. Work of this replica (an earlier life's, at start) or of a gone
     /// one, or unattributed, is for this replica to finish or undo.
     pub fn in_progress_elsewhere(&self, replica: Option<&str>, peers: &HashSet<String>) -> bool {
         replica.is_some_and(|r| r != self.replica && peers.contains(r))
     }
+}
+
+/// A live replica and what it does for all of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaStatus {
+    pub id: String,
+    /// When it started and was last seen (Unix ms).
+    pub started_at: i64,
+    pub seen_at: i64,
+    /// The leases it holds ([`Duty::lease`]), in [`Duty::ALL`]'s order.
+    pub duties: Vec<&'static str>,
+    /// Whether it is this process.
+    pub this: bool,
 }
 
 /// Registers this replica, then says it is alive every [`BEAT`] until the process ends. A

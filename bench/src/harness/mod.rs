@@ -3,6 +3,7 @@
 pub mod a2a;
 pub mod capabilities;
 pub mod claims;
+pub mod cluster;
 pub mod code_exec;
 pub mod file_watch;
 pub mod first_view;

@@ -1,6 +1,7 @@
 //! `GET /v1/cluster` (admin keys only): the machines sandboxes run on, their state, what each
-//! has and has left, and which sandboxes run where.
+//! has and has left, which sandboxes run where, and the orchestrator replicas with their duties.
 
+use agentbox_http::timestamp::rfc3339_from_unix_ms as rfc3339;
 use axum::Extension;
 use axum::Json;
 use axum::extract::State;
@@ -9,7 +10,7 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
-use super::types::{Cluster, ClusterNode, ErrorBody};
+use super::types::{Cluster, ClusterNode, ClusterReplica, ErrorBody};
 use crate::auth::Caller;
 
 pub fn routes() -> OpenApiRouter<AppState> {
@@ -31,6 +32,7 @@ pub async fn cluster(
         return Err(ApiError::forbidden("the cluster's view needs an admin key"));
     }
     let nodes = state.sandboxes.cluster().await?;
+    let replicas = state.sandboxes.replicas().await?;
     let backend = state.sandboxes.backend_name();
     Ok(Json(Cluster {
         backend: backend.to_string(),
@@ -58,6 +60,16 @@ pub async fn cluster(
                     sandboxes: entry.sandboxes,
                     pool_members: entry.pool_members,
                 }
+            })
+            .collect(),
+        replicas: replicas
+            .into_iter()
+            .map(|replica| ClusterReplica {
+                id: replica.id,
+                started_at: rfc3339(replica.started_at),
+                seen_at: rfc3339(replica.seen_at),
+                duties: replica.duties.into_iter().map(str::to_string).collect(),
+                answering: replica.this,
             })
             .collect(),
     }))

@@ -85,6 +85,21 @@ pub struct Cluster {
     /// `docker` or `swarm` (`serve --backend`).
     pub backend: String,
     pub nodes: Vec<ClusterNode>,
+    /// The orchestrator replicas serving this installation (seen in the last 10 s), by id.
+    pub replicas: Vec<ClusterReplica>,
+}
+
+/// One orchestrator replica (`serve --replica`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ClusterReplica {
+    pub id: String,
+    pub started_at: String,
+    /// When it last said it is alive (every 2 s).
+    pub seen_at: String,
+    /// The duties it does for every replica now: `reaper`, `heartbeat`, `pool_refill`.
+    pub duties: Vec<String>,
+    /// Whether it answered this request.
+    pub answering: bool,
 }
 
 /// One machine sandboxes run on.

@@ -1,6 +1,7 @@
 //! The Docker backend (bollard): one container per sandbox, each on a bridge network of its own.
 //!
-//! Every container: the sandbox image; labels marking it ours (managed, sandbox id, instance);
+//! Every container: the sandbox image; labels marking it ours (managed, sandbox id, instance,
+//! the replica that made it);
 //! memory, CPU, pids and shm limits; all capabilities dropped (sandboxd and everything it starts
 //! run as the unprivileged `agent` and need none); `no-new-privileges`; no published ports (the
 //! orchestrator reaches sandboxd at the container's address); no Docker socket; `auto_remove`,
@@ -39,8 +40,8 @@ use super::egress::{EgressPolicy, EgressRules};
 use super::networks::{LABEL_NETWORK, SandboxNetworks, SubnetPlan};
 use super::{
     Backend, BackendError, ContainerInfo, ContainerSpec, HOME_ARCHIVE_FOLDER, HOME_ARCHIVE_NAME,
-    KEY_FROM_STDIN, LABEL_INSTANCE, LABEL_MANAGED, LABEL_SANDBOX_ID, PROFILE_ARCHIVE_NAME, Started,
-    is_not_found,
+    KEY_FROM_STDIN, LABEL_INSTANCE, LABEL_MANAGED, LABEL_REPLICA, LABEL_SANDBOX_ID,
+    PROFILE_ARCHIVE_NAME, Started, is_not_found,
 };
 
 /// How many empty sandbox networks are kept made ahead of the starts that need them.
@@ -55,6 +56,8 @@ pub struct DockerBackend {
     network: String,
     networks: SandboxNetworks,
     instance: String,
+    /// This replica ([`LABEL_REPLICA`] on the containers it makes: who made a sandbox).
+    replica: String,
     egress: EgressPolicy,
     egress_allow: Vec<ipnet::Ipv4Net>,
 }
@@ -101,6 +104,7 @@ impl DockerBackend {
             network: network.to_string(),
             networks,
             instance: instance.to_string(),
+            replica: replica.to_string(),
             egress,
             egress_allow,
         })
@@ -112,6 +116,7 @@ impl DockerBackend {
             (LABEL_SANDBOX_ID.to_string(), sandbox_id.to_string()),
             (LABEL_INSTANCE.to_string(), self.instance.clone()),
             (LABEL_NETWORK.to_string(), network.to_string()),
+            (LABEL_REPLICA.to_string(), self.replica.clone()),
         ])
     }
 

@@ -83,7 +83,7 @@ pub struct SwarmBackend {
     docker: Docker,
     settings: SwarmSettings,
     instance: String,
-    /// This replica ([`LABEL_REPLICA`] on the key secrets it makes).
+    /// This replica ([`LABEL_REPLICA`] on the services and key secrets it makes).
     replica: String,
 }
 
@@ -148,6 +148,7 @@ impl SwarmBackend {
             (LABEL_MANAGED.to_string(), "true".to_string()),
             (LABEL_SANDBOX_ID.to_string(), sandbox_id.to_string()),
             (LABEL_INSTANCE.to_string(), self.instance.clone()),
+            (LABEL_REPLICA.to_string(), self.replica.clone()),
         ])
     }
 
@@ -306,11 +307,7 @@ impl SwarmBackend {
             .docker
             .create_secret(SecretSpec {
                 name: Some(secret_name.clone()),
-                labels: Some({
-                    let mut labels = self.labels(&spec.sandbox_id);
-                    labels.insert(LABEL_REPLICA.to_string(), self.replica.clone());
-                    labels
-                }),
+                labels: Some(self.labels(&spec.sandbox_id)),
                 data: Some(
                     base64::engine::general_purpose::STANDARD.encode(format!("{}\n", spec.api_key)),
                 ),

@@ -1,10 +1,11 @@
 //! What the cluster looks like to this orchestrator (`GET /v1/cluster`): the machines its
 //! backend runs sandboxes on, what each has and what this orchestrator's sandboxes reserve
-//! there, and which sandboxes run where.
+//! there, which sandboxes run where, and the replicas serving the installation.
 
 use super::{SandboxError, Sandboxes};
 use crate::backend::{BackendKind, NodeInfo};
 use crate::db::SandboxFilter;
+use crate::replicas::ReplicaStatus;
 
 /// One machine and the sandboxes on it.
 #[derive(Debug, Clone)]
@@ -23,6 +24,11 @@ impl Sandboxes {
             BackendKind::Docker => "docker",
             BackendKind::Swarm => "swarm",
         }
+    }
+
+    /// The orchestrator replicas serving this installation and the duties each holds.
+    pub async fn replicas(&self) -> Result<Vec<ReplicaStatus>, SandboxError> {
+        Ok(self.duties.roster().await?)
     }
 
     /// The backend's machines, each with this instance's sandboxes on it.
@@ -65,6 +71,8 @@ impl Sandboxes {
 
 #[cfg(test)]
 mod tests {
+    use crate::clock::Clock as _;
+    use crate::replicas::Duty;
     use crate::sandboxes::CreateSpec;
     use crate::testing::harness::Harness;
 
@@ -92,5 +100,43 @@ mod tests {
             .unwrap();
         let nodes = h.sandboxes.cluster().await.unwrap();
         assert_eq!(nodes[0].sandboxes, vec![b.id]);
+    }
+
+    #[tokio::test]
+    async fn the_replicas_are_listed_with_the_duties_each_holds() {
+        let h = Harness::new().await;
+        let replica = h.sandboxes.replica.clone();
+        let boot = "boot-1";
+        let now = h.clock.now_ms();
+        h.store
+            .register_replica(&replica, boot, None, now)
+            .await
+            .unwrap();
+        h.store
+            .register_replica("peer", "boot-2", None, now)
+            .await
+            .unwrap();
+        h.store
+            .register_replica("gone", "boot-3", None, now - 60_000)
+            .await
+            .unwrap();
+        assert!(h.sandboxes.duties.mine(Duty::Reaper).await);
+        assert!(
+            h.store
+                .hold_lease(Duty::PoolRefill.lease(), "peer", now, now + 10_000)
+                .await
+                .unwrap()
+        );
+        let roster = h.sandboxes.replicas().await.unwrap();
+        let view: Vec<_> = roster
+            .iter()
+            .map(|r| (r.id.as_str(), r.duties.clone(), r.this))
+            .collect();
+        let mut expected = vec![
+            (replica.as_str(), vec!["reaper"], true),
+            ("peer", vec!["pool_refill"], false),
+        ];
+        expected.sort();
+        assert_eq!(view, expected, "the gone replica is left out");
     }
 }

@@ -1,7 +1,8 @@
 //! The Swarm backend on a real three-node Docker Swarm built inside the test: Docker-in-Docker
 //! nodes of the project's own `agentbox/swarm-node` image on a private network, the sandbox and
 //! orchestrator images loaded into each (`scripts/cluster-up.sh`, the command a person trying it
-//! out runs), the orchestrator deployed as a Swarm service with `compose.swarm.yaml`.
+//! out runs), the stack of `compose.swarm.yaml` deployed: Postgres, two orchestrator replicas
+//! and the front, the one address every call goes to.
 //!
 //! Node 1 is the Swarm's one manager and nodes 2 and 3 are workers, so losing or cutting off a
 //! node never stalls the managers' Raft for an election.
@@ -9,6 +10,7 @@
 //! Heavy (three engines, 1.8 GB saved once and loaded three times): one test, run alone
 //! (`.config/nextest.toml`), and the cluster removed at the end however the test ends.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -43,8 +45,10 @@ impl Cluster {
             .env("AGENTBOX_CACHE", cache)
             .env("AGENTBOX_HEARTBEAT_SECS", "2")
             .env("AGENTBOX_SWEEP_INTERVAL_SECS", "3")
-            .env("AGENTBOX_SWEEP_INTERVAL_SECS", "3")
             .env("AGENTBOX_SANDBOX_MEMORY_MIB", "1024")
+            // Each node has two CPUs: a reservation of half of one leaves room for the pool
+            // and the test's sandboxes on every node.
+            .env("AGENTBOX_SANDBOX_CPUS", "0.5")
             .output()
     }
 
@@ -67,8 +71,10 @@ impl Cluster {
         let mut cluster = Self {
             url: String::new(),
             admin_key: String::new(),
+            // A connection per request: the front balances requests over both replicas.
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(120))
+                .pool_max_idle_per_host(0)
                 .build()?,
             root,
             cache,
@@ -199,6 +205,189 @@ impl Cluster {
             }
         }
         bail!("no node runs sandbox {id}")
+    }
+
+    /// Every sandbox service on the cluster: (sandbox id, the replica that made it).
+    fn services() -> anyhow::Result<Vec<(String, String)>> {
+        let ids = Self::on_node(
+            1,
+            &[
+                "service",
+                "ls",
+                "-q",
+                "--filter",
+                "label=agentbox.managed=true",
+            ],
+        )?;
+        let mut args = vec![
+            "service",
+            "inspect",
+            "-f",
+            "{{index .Spec.Labels \"agentbox.sandbox_id\"}} {{index .Spec.Labels \"agentbox.replica\"}}",
+        ];
+        args.extend(ids.split_whitespace());
+        if args.len() == 4 {
+            return Ok(Vec::new());
+        }
+        Ok(Self::on_node(1, &args)?
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .map(|(id, replica)| (id.to_string(), replica.to_string()))
+            .collect())
+    }
+
+    /// `GET /v1/cluster`'s replicas: (id, duties), by id.
+    async fn replicas(&self) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+        let (status, view) = self.call(Method::GET, "/v1/cluster", None).await?;
+        ensure!(status == 200, "GET /v1/cluster: {status} {view}");
+        let replicas = view["replicas"].as_array().context("replicas")?;
+        Ok(replicas
+            .iter()
+            .map(|r| {
+                let duties = r["duties"]
+                    .as_array()
+                    .map(|d| {
+                        d.iter()
+                            .filter_map(|d| d.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (r["id"].as_str().unwrap_or_default().to_string(), duties)
+            })
+            .collect())
+    }
+
+    /// What keeps the database and the cluster from agreeing, if anything: a create or delete
+    /// not finished, a ready sandbox without its service, or a service that is neither a
+    /// listed sandbox's nor one of the pool members `/v1/cluster` counts (a leak, or a sandbox
+    /// made twice). Engine or API errors count as "not yet".
+    async fn disagreement(&self) -> Option<String> {
+        let check = async {
+            let (status, list) = self.call(Method::GET, "/v1/sandboxes", None).await?;
+            ensure!(status == 200, "GET /v1/sandboxes: {status} {list}");
+            let (status, view) = self.call(Method::GET, "/v1/cluster", None).await?;
+            ensure!(status == 200, "GET /v1/cluster: {status} {view}");
+            let pool: u64 = view["nodes"]
+                .as_array()
+                .context("nodes")?
+                .iter()
+                .filter_map(|n| n["pool_members"].as_u64())
+                .sum();
+            let services = Self::services()?;
+            let ids: BTreeSet<&str> = services.iter().map(|(id, _)| id.as_str()).collect();
+            let mut live = BTreeSet::new();
+            for sandbox in list["sandboxes"].as_array().context("sandboxes")? {
+                let id = sandbox["id"].as_str().unwrap_or_default();
+                match sandbox["status"].as_str().unwrap_or_default() {
+                    "lost" => {}
+                    "ready" | "degraded" => {
+                        live.insert(id);
+                    }
+                    other => return Ok(Some(format!("sandbox {id} is {other}"))),
+                }
+            }
+            let missing: Vec<_> = live.difference(&ids).collect();
+            let others = ids.difference(&live).count();
+            Ok(
+                (!missing.is_empty() || others as u64 != pool || ids.len() != services.len()).then(
+                    || {
+                        format!(
+                            "sandboxes without a service {missing:?}; {others} other services \
+                             for {pool} pool members; services {services:?}"
+                        )
+                    },
+                ),
+            )
+        };
+        check
+            .await
+            .unwrap_or_else(|error: anyhow::Error| Some(format!("{error:#}")))
+    }
+
+    /// Waits (`secs` at most) until the database and the cluster agree.
+    async fn wait_agreement(&self, secs: u64, after: &str) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let Some(disagreement) = self.disagreement().await else {
+                return Ok(());
+            };
+            ensure!(
+                Instant::now() < deadline,
+                "{after}: the database and the cluster disagree after {secs} s: {disagreement}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Kills orchestrator replica `replica`'s container (`orchestrator-<slot>`) on node 1.
+    fn kill_replica(replica: &str) -> anyhow::Result<()> {
+        let slot = replica
+            .strip_prefix("orchestrator-")
+            .with_context(|| format!("replica id {replica}"))?;
+        let tasks = Self::on_node(
+            1,
+            &[
+                "ps",
+                "--filter",
+                "label=com.docker.swarm.service.name=agentbox_orchestrator",
+                "--format",
+                "{{.ID}} {{.Label \"com.docker.swarm.task.name\"}}",
+            ],
+        )?;
+        let prefix = format!("agentbox_orchestrator.{slot}.");
+        let container = tasks
+            .lines()
+            .find_map(|line| {
+                let (id, task) = line.split_once(' ')?;
+                task.starts_with(&prefix).then_some(id)
+            })
+            .with_context(|| format!("no container of {replica} in {tasks:?}"))?;
+        Self::on_node(1, &["kill", container])?;
+        Ok(())
+    }
+
+    /// Waits (60 s at most) until both replicas have answered a request through the front,
+    /// `restarted` (or both, when `None`) in a life begun after `since`.
+    async fn wait_both_answer(
+        &self,
+        restarted: Option<&str>,
+        since: Instant,
+    ) -> anyhow::Result<()> {
+        // In Unix ms, a second early (the clocks of the test and the nodes are the host's).
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .saturating_sub(since.elapsed())
+            .as_millis() as i64
+            - 1000;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut answered = BTreeSet::new();
+        let mut last = String::new();
+        while answered.len() < 2 {
+            ensure!(
+                Instant::now() < deadline,
+                "not both replicas answer after 60 s: {answered:?}; last answer {last}"
+            );
+            match self.call(Method::GET, "/v1/cluster", None).await {
+                Ok((200, view)) => {
+                    let answered_in_new_life = |r: &&Value| {
+                        let new_life = r["started_at"]
+                            .as_str()
+                            .and_then(agentbox_http::timestamp::unix_ms_from_rfc3339)
+                            .is_some_and(|at| at >= since);
+                        r["answering"] == true
+                            && (new_life || restarted.is_some_and(|id| r["id"] != id))
+                    };
+                    let replicas = view["replicas"].as_array().context("replicas")?;
+                    if let Some(replica) = replicas.iter().find(answered_in_new_life) {
+                        answered.insert(replica["id"].as_str().unwrap_or_default().to_string());
+                    }
+                    last = view.to_string();
+                }
+                other => last = format!("{other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
     }
 }
 
@@ -508,5 +697,167 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+
+    replicas_share_the_work_and_a_killed_one_leaves_nothing_behind(&cluster).await
+}
+
+/// Two orchestrator replicas behind the front: both answer at the one address, the warm pool
+/// is made by the one replica holding its duty, and a replica killed in the middle of creates,
+/// then another in the middle of deletes, leaves the database and the cluster in agreement
+/// (nothing leaked, nothing made or removed twice) once Swarm has restarted it.
+async fn replicas_share_the_work_and_a_killed_one_leaves_nothing_behind(
+    cluster: &Cluster,
+) -> anyhow::Result<()> {
+    // Both replicas answer behind the one address.
+    let mut answering = BTreeSet::new();
+    for _ in 0..20 {
+        let (status, view) = cluster.call(Method::GET, "/v1/cluster", None).await?;
+        ensure!(status == 200, "GET /v1/cluster: {status} {view}");
+        for replica in view["replicas"].as_array().context("replicas")? {
+            if replica["answering"] == true {
+                answering.insert(replica["id"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    assert_eq!(
+        answering,
+        BTreeSet::from(["orchestrator-1".to_string(), "orchestrator-2".to_string()]),
+        "both replicas answer behind the front"
+    );
+
+    // The warm pool, turned on by a restart of both replicas: made by one of them.
+    let restarted = Instant::now();
+    Cluster::on_node(
+        1,
+        &[
+            "service",
+            "update",
+            "--quiet",
+            "--detach=false",
+            "--update-parallelism",
+            "0",
+            "--update-monitor",
+            "1s",
+            "--env-add",
+            "AGENTBOX_POOL_SIZE=2",
+            "agentbox_orchestrator",
+        ],
+    )?;
+    cluster.wait_both_answer(None, restarted).await?;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (refiller, services) = loop {
+        let replicas = cluster.replicas().await?;
+        let refiller = replicas
+            .iter()
+            .find(|(_, duties)| duties.iter().any(|d| d == "pool_refill"))
+            .map(|(id, _)| id.clone());
+        let services = Cluster::services().unwrap_or_default();
+        if let Some(refiller) = refiller
+            && services.len() == 2
+            && cluster.disagreement().await.is_none()
+        {
+            break (refiller, services);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the pool of 2 not made after 90 s: {replicas:?} {services:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for (id, made_by) in &services {
+        assert_eq!(
+            made_by, &refiller,
+            "pool member {id} made by the replica holding the pool's duty"
+        );
+    }
+
+    // The pool's replica is killed with six creates in flight (placed: made cold, not
+    // claimed), about half of them its own; Swarm restarts it as itself. A create answered 201
+    // has its sandbox, one whose answer was lost leaves nothing, and the database and the
+    // cluster agree.
+    let creates = futures_util::future::join_all((1..=6).map(|i| {
+        cluster.create(json!({
+            "placement": { "constraints": [format!("node.labels.agentbox.zone=={}", i % 3 + 1)] },
+        }))
+    }));
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Cluster::kill_replica(&refiller).map(|()| Instant::now())
+    };
+    let (answers, killed) = tokio::join!(creates, kill);
+    let killed_at = killed?;
+    let mut created = Vec::new();
+    for answer in answers {
+        match answer {
+            Ok((201, sandbox)) => created.push(sandbox["id"].as_str().context("id")?.to_string()),
+            other => eprintln!("a create during the kill: {other:?}"),
+        }
+    }
+    eprintln!(
+        "{} of 6 creates answered 201 with {refiller} killed",
+        created.len()
+    );
+    ensure!(
+        !created.is_empty(),
+        "no create reached the replica that was not killed"
+    );
+    cluster.wait_both_answer(Some(&refiller), killed_at).await?;
+    cluster
+        .wait_agreement(90, "a replica killed mid-create")
+        .await?;
+    for id in &created {
+        assert_eq!(cluster.shell(id, "echo ok").await?, "ok", "sandbox {id}");
+    }
+
+    // The other replica is killed with the deletes in flight; the client retries what failed.
+    let other = if refiller == "orchestrator-1" {
+        "orchestrator-2"
+    } else {
+        "orchestrator-1"
+    };
+    let paths: Vec<String> = created
+        .iter()
+        .map(|id| format!("/v1/sandboxes/{id}"))
+        .collect();
+    let deletes = futures_util::future::join_all(
+        paths
+            .iter()
+            .map(|path| cluster.call(Method::DELETE, path, None)),
+    );
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Cluster::kill_replica(other).map(|()| Instant::now())
+    };
+    let (answers, killed) = tokio::join!(deletes, kill);
+    let killed_at = killed?;
+    eprintln!(
+        "{} of {} deletes answered 204 with {other} killed",
+        answers.iter().filter(|a| matches!(a, Ok((204, _)))).count(),
+        answers.len()
+    );
+    for (id, answer) in created.iter().zip(answers) {
+        if !matches!(answer, Ok((204, _))) {
+            eprintln!("a delete during the kill: {answer:?}; retried");
+            let (status, body) = cluster
+                .call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
+                .await?;
+            assert!(
+                status == 204 || status == 404,
+                "delete {id} again: {status} {body}"
+            );
+        }
+    }
+    cluster.wait_both_answer(Some(other), killed_at).await?;
+    cluster
+        .wait_agreement(90, "a replica killed mid-delete")
+        .await?;
+    let left: Vec<_> = Cluster::services()?
+        .into_iter()
+        .filter(|(id, _)| created.contains(id))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "deleted sandboxes' services left: {left:?}"
+    );
     Ok(())
 }
