@@ -60,6 +60,10 @@ const HARNESSES: &[(&str, &str)] = &[
         "one Postgres: 200 clients' control-plane load on one replica and on two",
     ),
     (
+        "churn",
+        "creates and deletes by the hundred over two replicas: each done once",
+    ),
+    (
         "cluster",
         "Swarm: cold-create throughput and claim latency on one node and on three",
     ),
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
             "startup" => harness::startup::main().await,
             "capabilities" => harness::capabilities::main().await,
             "claims" => harness::claims::main().await,
+            "churn" => harness::churn::main().await,
             "cluster" => harness::cluster::main().await,
             "shell-exec" => harness::shell_exec::main().await,
             "code-exec" => harness::code_exec::main().await,

@@ -51,6 +51,9 @@ impl Cluster {
             .env("AGENTBOX_REPLICAS", "1")
             .env("AGENTBOX_POOL_SIZE", pool.to_string())
             .env("AGENTBOX_SANDBOX_MEMORY_MIB", "1024")
+            // Each node has two CPUs: reservations of a fifth of one let the pool and a
+            // burst fit on node 1 alone.
+            .env("AGENTBOX_SANDBOX_CPUS", "0.2")
             .output()
             .with_context(|| format!("running scripts/{name}"))?;
         ensure!(

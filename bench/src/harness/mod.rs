@@ -2,6 +2,7 @@
 
 pub mod a2a;
 pub mod capabilities;
+pub mod churn;
 pub mod claims;
 pub mod cluster;
 pub mod code_exec;
