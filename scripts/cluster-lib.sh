@@ -131,27 +131,32 @@ cluster_load_images_into() { # nodes image...
   for pid in "${pids[@]}"; do wait "$pid" || die "loading an image into a node failed"; done
 }
 
-# Deploys compose.swarm.yaml on node 1: the admin key and Postgres's password are made once and
-# kept in the state directory, the master key once as a Swarm secret. Waits until every
-# orchestrator replica runs and the front answers.
+# Deploys compose.swarm.yaml on node 1: the admin key is made once and kept in the state
+# directory; the master key and Postgres's password once, as Swarm secrets (the password twice:
+# as Postgres reads it and as the replicas' pgpass file). Waits until every orchestrator
+# replica runs and the front answers.
 cluster_deploy() {
   local first="${CLUSTER_PREFIX}1" state key url password replicas=${AGENTBOX_REPLICAS:-2}
   state=$(cluster_state_dir)
   if [ ! -s "$state/admin-key" ]; then
     (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$state/admin-key")
   fi
-  if [ ! -s "$state/postgres-password" ]; then
-    (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$state/postgres-password")
-  fi
   if ! docker exec "$first" docker secret inspect agentbox-master-key >/dev/null 2>&1; then
     head -c 32 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' |
       docker exec -i "$first" docker secret create agentbox-master-key - >/dev/null
   fi
+  if ! docker exec "$first" docker secret inspect agentbox-pgpass >/dev/null 2>&1; then
+    password=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    docker exec "$first" docker secret rm agentbox-postgres-password >/dev/null 2>&1 || true
+    printf '%s' "$password" |
+      docker exec -i "$first" docker secret create agentbox-postgres-password - >/dev/null
+    printf '*:*:*:agentbox:%s\n' "$password" |
+      docker exec -i "$first" docker secret create agentbox-pgpass - >/dev/null
+  fi
   key=$(cat "$state/admin-key")
-  password=$(cat "$state/postgres-password")
   url=$(cluster_url)
   docker exec -i -e "AGENTBOX_ADMIN_KEY=$key" -e "AGENTBOX_PUBLIC_URL=$url" \
-    -e "AGENTBOX_POSTGRES_PASSWORD=$password" -e "AGENTBOX_REPLICAS=$replicas" \
+    -e "AGENTBOX_REPLICAS=$replicas" \
     -e "AGENTBOX_POOL_SIZE=${AGENTBOX_POOL_SIZE:-0}" \
     -e "AGENTBOX_SANDBOX_MEMORY_MIB=${AGENTBOX_SANDBOX_MEMORY_MIB:-1024}" \
     -e "AGENTBOX_SANDBOX_CPUS=${AGENTBOX_SANDBOX_CPUS:-1}" \

@@ -52,15 +52,20 @@ rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/archives/*.deb \
 cat >"$root/usr/local/bin/agentbox-postgres" <<'PG'
 #!/bin/sh
 # PostgreSQL in the foreground as user postgres. Settings: POSTGRES_USER (agentbox),
-# POSTGRES_DB (agentbox), POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE (needed at the first
-# start), PGDATA (/var/lib/postgresql/data, a volume).
+# POSTGRES_DB (agentbox), POSTGRES_PASSWORD_FILE or POSTGRES_PASSWORD (needed at the first
+# start), PGDATA (/var/lib/postgresql/data/pgdata, inside the volume),
+# POSTGRES_MAX_CONNECTIONS (300: each orchestrator replica holds up to 17).
+#
+# The first start makes the cluster in "$PGDATA.new" (initdb, network password
+# authentication, the database) and renames it into place as its last step: a start
+# interrupted half way leaves no cluster that later starts would take as made.
 set -eu
 bin=/usr/lib/postgresql/15/bin
-data=${PGDATA:-/var/lib/postgresql/data}
+data=${PGDATA:-/var/lib/postgresql/data/pgdata}
 user=${POSTGRES_USER:-agentbox}
 db=${POSTGRES_DB:-agentbox}
 as_postgres() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
-install -d -o postgres -g postgres -m 0700 "$data"
+install -d -o postgres -g postgres -m 0700 "$(dirname "$data")"
 install -d -o postgres -g postgres -m 2775 /run/postgresql
 if [ ! -s "$data/PG_VERSION" ]; then
   if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
@@ -69,22 +74,27 @@ if [ ! -s "$data/PG_VERSION" ]; then
     password=${POSTGRES_PASSWORD:-}
   fi
   if [ -z "$password" ]; then
-    echo "agentbox-postgres: set POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE for the first start" >&2
+    echo "agentbox-postgres: set POSTGRES_PASSWORD_FILE or POSTGRES_PASSWORD for the first start" >&2
     exit 1
   fi
+  new="$data.new"
+  rm -rf "$new"
   pwfile=$(mktemp)
+  trap 'rm -f "$pwfile"' EXIT
   printf '%s\n' "$password" >"$pwfile"
   chown postgres "$pwfile"
-  as_postgres "$bin/initdb" -D "$data" -U "$user" --pwfile="$pwfile" -E UTF8 \
+  as_postgres "$bin/initdb" -D "$new" -U "$user" --pwfile="$pwfile" -E UTF8 \
     --auth-local=peer --auth-host=scram-sha-256 >/dev/null
   rm -f "$pwfile"
-  echo "host all all all scram-sha-256" >>"$data/pg_hba.conf"
+  echo "host all all all scram-sha-256" >>"$new/pg_hba.conf"
   echo "CREATE DATABASE \"$db\" OWNER \"$user\";" |
-    as_postgres "$bin/postgres" --single -D "$data" -j postgres >/dev/null
+    as_postgres "$bin/postgres" --single -D "$new" -j -c exit_on_error=true postgres >/dev/null
+  mv "$new" "$data"
   echo "agentbox-postgres: made the cluster in $data (user $user, database $db)" >&2
 fi
+unset POSTGRES_PASSWORD
 exec setpriv --reuid=postgres --regid=postgres --init-groups "$bin/postgres" -D "$data" \
-  -c listen_addresses='*' -c max_connections="${POSTGRES_MAX_CONNECTIONS:-200}" "$@"
+  -c listen_addresses='*' -c max_connections="${POSTGRES_MAX_CONNECTIONS:-300}" "$@"
 PG
 
 cat >"$root/usr/local/bin/agentbox-front" <<'FRONT'
@@ -100,6 +110,8 @@ config=/run/agentbox-front.cfg
 cat >"$config" <<CFG
 global
     log stderr format short local0 notice
+    user haproxy
+    group haproxy
 resolvers swarm
     nameserver dns 127.0.0.11:53
     hold valid 1s

@@ -23,6 +23,7 @@ mod viewer_tickets;
 
 pub use console::ConsoleSessionRecord;
 pub use credentials::CredentialRecord;
+pub use homes::WakeMark;
 pub use homes::{SnapshotRecord, SnapshotStatus};
 pub use profiles::{ProfileRecord, ProfileTake};
 pub use replicas::{QuotaInsert, ReplicaRecord};

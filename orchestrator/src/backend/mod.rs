@@ -32,8 +32,9 @@ pub const LABEL_SANDBOX_ID: &str = "agentbox.sandbox_id";
 pub const LABEL_INSTANCE: &str = "agentbox.instance";
 /// The orchestrator replica that made an object: on a network or a secret, which has no
 /// container yet while it starts one, another replica's garbage collection leaves it alone; on
-/// a container or service it says who made the sandbox (`GET /v1/cluster` names the replica
-/// that holds each duty).
+/// a container or service it says who made the sandbox (read by no code: for operators and
+/// the cluster test, which checks that the pool's members were made by the replica holding
+/// its duty).
 pub const LABEL_REPLICA: &str = "agentbox.replica";
 
 /// `SANDBOX_API_KEY_FILE` telling sandboxd to read its key from the first line of its standard

@@ -70,6 +70,17 @@ fn snapshot_from_row(row: &AnyRow) -> Result<SnapshotRecord> {
     })
 }
 
+/// What [`Store::mark_waking_within_quota`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeMark {
+    /// The sandbox is `waking` now.
+    Marked,
+    /// The key has `live` sandboxes already: nothing was written.
+    Full { live: i64 },
+    /// It was not hibernated (woken, deleted or lost meanwhile): nothing was written.
+    Changed,
+}
+
 impl Store {
     // ---- hibernation ----
 
@@ -134,6 +145,45 @@ impl Store {
         .await
         .map_err(query_error("mark waking"))?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// Marks hibernated sandbox `id` waking when its key (`owner`) has fewer than `limit` live
+    /// sandboxes (a limit of 0, or no owner: no quota): the count and the write in one
+    /// transaction, under the key's advisory lock on Postgres, so two replicas waking, creating
+    /// or claiming for one key at once cannot pass the limit together.
+    pub async fn mark_waking_within_quota(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        limit: i64,
+    ) -> Result<WakeMark> {
+        let Some(owner) = owner.filter(|_| limit > 0) else {
+            return Ok(if self.mark_waking(id).await? {
+                WakeMark::Marked
+            } else {
+                WakeMark::Changed
+            });
+        };
+        let mut tx = self.writer.begin().await.map_err(query_error("begin"))?;
+        if !self.is_sqlite {
+            super::replicas::lock_key_quota(&mut tx, owner).await?;
+        }
+        let live = super::replicas::count_live_in(&mut *tx, owner).await?;
+        if live >= limit {
+            return Ok(WakeMark::Full { live });
+        }
+        let done = sqlx::query(
+            "UPDATE sandboxes SET status = 'waking' WHERE id = $1 AND status = 'hibernated'",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(query_error("mark waking"))?;
+        if done.rows_affected() == 0 {
+            return Ok(WakeMark::Changed);
+        }
+        tx.commit().await.map_err(query_error("commit waking"))?;
+        Ok(WakeMark::Marked)
     }
 
     /// Puts a waking sandbox back to hibernated, without a container (a wake that failed).

@@ -24,7 +24,7 @@ use super::pause::Why;
 use super::sandboxd::HomeArchiveRequest;
 use super::{LifecycleChange, SandboxError, Sandboxes};
 use crate::backend::BackendError;
-use crate::db::{SandboxRecord, SandboxStatus};
+use crate::db::{SandboxRecord, SandboxStatus, WakeMark};
 use crate::homes::Kind;
 use crate::validate::{self, Invalid};
 
@@ -339,21 +339,23 @@ impl Sandboxes {
             )));
         }
         {
-            // A woken sandbox counts against its key's sandboxes again.
+            // A woken sandbox counts against its key's sandboxes again: counted and marked in
+            // one transaction, under the key's lock in the database (every replica's) as well
+            // as this process's.
             let _quota = self.quota.lock().await;
             let limit = self.settings.max_sandboxes_per_key;
-            if limit > 0
-                && let Some(owner) = &record.owner_key_id
+            match self
+                .store
+                .mark_waking_within_quota(&id, record.owner_key_id.as_deref(), limit as i64)
+                .await?
             {
-                let live = self.store.count_live_sandboxes(owner).await?;
-                if live >= limit as i64 {
-                    return Err(SandboxError::Quota { live, limit });
+                WakeMark::Marked => {}
+                WakeMark::Full { live } => return Err(SandboxError::Quota { live, limit }),
+                WakeMark::Changed => {
+                    return Err(SandboxError::Conflict(format!(
+                        "sandbox {id} changed state meanwhile"
+                    )));
                 }
-            }
-            if !self.store.mark_waking(&id).await? {
-                return Err(SandboxError::Conflict(format!(
-                    "sandbox {id} changed state meanwhile"
-                )));
             }
         }
         let started_at = std::time::Instant::now();

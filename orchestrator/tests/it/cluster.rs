@@ -780,8 +780,25 @@ async fn replicas_share_the_work_and_a_killed_one_leaves_nothing_behind(
             "placement": { "constraints": [format!("node.labels.agentbox.zone=={}", i % 3 + 1)] },
         }))
     }));
+    // Killed once a service it made for one of these creates exists: its create is then in
+    // flight (a create answers once the sandbox is ready, seconds after its service appears).
+    let pool: BTreeSet<String> = services.iter().map(|(id, _)| id.clone()).collect();
     let kill = async {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let making = Cluster::services()
+                .unwrap_or_default()
+                .into_iter()
+                .any(|(id, made_by)| made_by == refiller && !pool.contains(&id));
+            if making {
+                break;
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "{refiller} made no service for the creates in 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         Cluster::kill_replica(&refiller).map(|()| Instant::now())
     };
     let (answers, killed) = tokio::join!(creates, kill);
@@ -800,6 +817,10 @@ async fn replicas_share_the_work_and_a_killed_one_leaves_nothing_behind(
     ensure!(
         !created.is_empty(),
         "no create reached the replica that was not killed"
+    );
+    assert!(
+        created.len() < 6,
+        "the killed replica's create in flight was answered 201"
     );
     cluster.wait_both_answer(Some(&refiller), killed_at).await?;
     cluster
@@ -824,8 +845,22 @@ async fn replicas_share_the_work_and_a_killed_one_leaves_nothing_behind(
             .iter()
             .map(|path| cluster.call(Method::DELETE, path, None)),
     );
+    // Killed once one of the sandboxes reads `deleting` (the deletes are spread over both
+    // replicas by the front, so each is then removing its share).
     let kill = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        'deleting: while Instant::now() < deadline {
+            for id in &created {
+                if let Ok((200, record)) = cluster
+                    .call(Method::GET, &format!("/v1/sandboxes/{id}"), None)
+                    .await
+                    && record["status"] == "deleting"
+                {
+                    break 'deleting;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         Cluster::kill_replica(other).map(|()| Instant::now())
     };
     let (answers, killed) = tokio::join!(deletes, kill);

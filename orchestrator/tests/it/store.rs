@@ -879,7 +879,8 @@ async fn the_store_works_on_postgres() -> anyhow::Result<()> {
     postgres.wait_accepting().await?;
     exercise(&postgres.url()).await?;
     crate::store_replicas::appends_are_announced_to_other_replicas(&postgres.url()).await?;
-    crate::store_replicas::a_keys_quota_holds_across_replicas(&postgres.url()).await
+    crate::store_replicas::a_keys_quota_holds_across_replicas(&postgres.url()).await?;
+    crate::store_replicas::a_wake_counts_against_the_quota_across_replicas(&postgres.url()).await
 }
 
 /// Postgres stopped under a running orchestrator (issue 25, item 3): once it notices (it asks

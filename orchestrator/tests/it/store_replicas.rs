@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use orchestrator::db::{
-    QuotaInsert, RunStatus, SandboxStatus, StatusChange, Store, ViewerTicketRecord,
+    QuotaInsert, RunStatus, SandboxStatus, StatusChange, Store, ViewerTicketRecord, WakeMark,
 };
 
 use crate::store::{run_record, sandbox};
@@ -273,6 +273,50 @@ pub(crate) async fn a_keys_quota_holds_across_replicas(url: &str) -> anyhow::Res
         "{results:?}"
     );
     assert_eq!(stores[0].count_live_sandboxes("key-quota").await?, 3);
+    Ok(())
+}
+
+/// Two replicas waking hibernated sandboxes of one key with one place left: of four wakes at
+/// once, one marks its sandbox waking, the others find the key full and write nothing.
+pub(crate) async fn a_wake_counts_against_the_quota_across_replicas(
+    url: &str,
+) -> anyhow::Result<()> {
+    let stores = [Store::connect(url).await?, Store::connect(url).await?];
+    for i in 0..2 {
+        let mut record = sandbox(&format!("sbx-wq-live-{i}"), Some("key-wake"), false);
+        record.status = SandboxStatus::Ready;
+        stores[0].insert_sandbox(&record).await?;
+    }
+    for i in 0..4 {
+        let mut record = sandbox(&format!("sbx-wq-{i}"), Some("key-wake"), false);
+        record.status = SandboxStatus::Hibernated;
+        stores[0].insert_sandbox(&record).await?;
+    }
+    let wakes = (0..4).map(|i| {
+        let store = stores[i % 2].clone();
+        async move {
+            store
+                .mark_waking_within_quota(&format!("sbx-wq-{i}"), Some("key-wake"), 3)
+                .await
+        }
+    });
+    let results = futures_util::future::try_join_all(wakes).await?;
+    let marked = results.iter().filter(|r| **r == WakeMark::Marked).count();
+    assert_eq!(marked, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, WakeMark::Marked | WakeMark::Full { live: 3 })),
+        "{results:?}"
+    );
+    assert_eq!(stores[0].count_live_sandboxes("key-wake").await?, 3);
+    // Without a quota, or for a sandbox no longer hibernated, nothing counts.
+    assert_eq!(
+        stores[1]
+            .mark_waking_within_quota("sbx-wq-live-0", Some("key-wake"), 0)
+            .await?,
+        WakeMark::Changed
+    );
     Ok(())
 }
 
