@@ -830,6 +830,43 @@ async fn replicas_share_the_work_and_a_killed_one_leaves_nothing_behind(
         assert_eq!(cluster.shell(id, "echo ok").await?, "ok", "sandbox {id}");
     }
 
+    // The attack: an agent in a sandbox goes for the database every replica trusts, by name
+    // and at its task's address on the stack's network. Neither answers: sandboxes join only
+    // their own network.
+    let postgres = Cluster::on_node(
+        1,
+        &[
+            "ps",
+            "-q",
+            "--filter",
+            "label=com.docker.swarm.service.name=agentbox_postgres",
+        ],
+    )?;
+    let postgres_ip = Cluster::on_node(
+        1,
+        &[
+            "inspect",
+            "-f",
+            "{{(index .NetworkSettings.Networks \"agentbox_default\").IPAddress}}",
+            postgres.lines().next().context("the postgres container")?,
+        ],
+    )?;
+    ensure!(!postgres_ip.is_empty(), "postgres has no address");
+    for target in ["postgres", "tasks.postgres", postgres_ip.as_str()] {
+        let reach = cluster
+            .shell(
+                &created[0],
+                &format!(
+                    "timeout 5 bash -c 'exec 3<>/dev/tcp/{target}/5432' 2>&1; echo \"exit $?\""
+                ),
+            )
+            .await?;
+        assert!(
+            !reach.ends_with("exit 0"),
+            "a sandbox reached Postgres at {target}: {reach}"
+        );
+    }
+
     // The other replica is killed with the deletes in flight; the client retries what failed.
     let other = if refiller == "orchestrator-1" {
         "orchestrator-2"
