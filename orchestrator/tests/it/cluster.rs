@@ -207,9 +207,9 @@ impl Cluster {
         bail!("no node runs sandbox {id}")
     }
 
-    /// Every sandbox service on the cluster: (sandbox id, the replica that made it).
-    fn services() -> anyhow::Result<Vec<(String, String)>> {
-        let ids = Self::on_node(
+    /// The ids of every sandbox service on the cluster, one per line.
+    fn service_ids() -> anyhow::Result<String> {
+        Self::on_node(
             1,
             &[
                 "service",
@@ -218,7 +218,12 @@ impl Cluster {
                 "--filter",
                 "label=agentbox.managed=true",
             ],
-        )?;
+        )
+    }
+
+    /// Every sandbox service on the cluster: (sandbox id, the replica that made it).
+    fn services() -> anyhow::Result<Vec<(String, String)>> {
+        let ids = Self::service_ids()?;
         let mut args = vec![
             "service",
             "inspect",
@@ -508,16 +513,7 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
     );
 
     // What Swarm cannot do is refused by name, before anything is made.
-    let services_before = Cluster::on_node(
-        1,
-        &[
-            "service",
-            "ls",
-            "-q",
-            "--filter",
-            "label=agentbox.managed=true",
-        ],
-    )?;
+    let services_before = Cluster::service_ids()?;
     for (body, field) in [
         (json!({ "idle_pause_secs": 60 }), "idle_pause_secs"),
         (json!({ "auto_resume": true }), "auto_resume"),
@@ -559,16 +555,7 @@ async fn sandboxes_spread_over_a_three_node_swarm_and_a_lost_node_is_reported() 
     assert!(response.headers().contains_key("retry-after"));
     let answer: Value = response.json().await?;
     assert_eq!(answer["error"]["code"], "no_capacity", "{answer}");
-    let services_after = Cluster::on_node(
-        1,
-        &[
-            "service",
-            "ls",
-            "-q",
-            "--filter",
-            "label=agentbox.managed=true",
-        ],
-    )?;
+    let services_after = Cluster::service_ids()?;
     assert_eq!(
         services_after, services_before,
         "a refused create left a service"
